@@ -1,0 +1,10 @@
+//! minfer — an LLM inference engine for GGUF models.
+//!
+//! Layout follows the design of record: `gguf` reads model files, `quants` holds the block
+//! formats and reference kernels, `tokenizer` turns text into ids and back, `chat` renders chat
+//! templates.
+
+pub mod chat;
+pub mod gguf;
+pub mod quants;
+pub mod tokenizer;
