@@ -1,0 +1,359 @@
+//! Byte-level BPE: merge ranks and the merge loop that turns one pre-token into token ids.
+//!
+//! Symbols are identified by "string ids": a vocabulary entry's string id is its token id, and
+//! strings that only occur in merges (not in the vocabulary) get ids from `n_vocab` upwards.
+//! Merging then works on integers: the rank table maps a pair of string ids to the merge's rank
+//! and the string id of the merged text. The result is the one llama.cpp's
+//! `llm_tokenizer_bpe_session` gives: repeatedly merge the adjacent pair with the lowest rank,
+//! the leftmost one among equals, until no adjacent pair has a rank.
+
+use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::byte_level::BYTE_TO_CHAR;
+use super::error::TokenizerError;
+
+/// "No string id": a byte whose character is neither a token nor part of any merge.
+const NO_ID: u32 = u32::MAX;
+
+/// Words with at most this many bytes are merged by rescanning a small array; longer ones use a
+/// priority queue so that pathological inputs (a megabyte without a space) stay O(n log n).
+const SCAN_LIMIT: usize = 48;
+
+/// A cheap hasher for the packed `(left, right)` id pairs; the keys come from the vocabulary,
+/// not from the text being tokenized, so flooding is not a concern.
+#[derive(Default)]
+pub(crate) struct PairHasher(u64);
+
+impl Hasher for PairHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        // Folded multiply: mixes high and low input bits into the low bits the table indexes by.
+        let product = u128::from(key ^ self.0) * 0x9E37_79B9_7F4A_7C15_u128;
+        self.0 = (product as u64) ^ ((product >> 64) as u64);
+    }
+}
+
+type PairMap = HashMap<u64, Merge, BuildHasherDefault<PairHasher>>;
+
+#[derive(Debug, Clone, Copy)]
+struct Merge {
+    rank: u32,
+    merged: u32,
+}
+
+fn pair_key(left: u32, right: u32) -> u64 {
+    (u64::from(left) << 32) | u64::from(right)
+}
+
+/// The merge table of one vocabulary.
+#[derive(Debug)]
+pub(crate) struct Bpe {
+    merges: PairMap,
+    /// String id of the one-character string that stands for each byte.
+    byte_ids: [u32; 256],
+    /// Token id of each one-byte (ASCII) vocabulary entry, for llama.cpp's fallback.
+    ascii_tokens: [u32; 128],
+    n_vocab: u32,
+}
+
+/// One symbol of the word being merged: a span of its bytes and the string id of that span.
+#[derive(Debug, Clone, Copy)]
+struct Symbol {
+    start: u32,
+    len: u32,
+    id: u32,
+}
+
+/// Reusable buffers for [`Bpe::encode_word`].
+#[derive(Debug, Default)]
+pub(crate) struct BpeScratch {
+    symbols: Vec<Symbol>,
+    /// `ranks[i]` is the merge of `symbols[i]` and `symbols[i + 1]`, if any (scan path).
+    ranks: Vec<Option<Merge>>,
+    /// Linked list over `symbols` (queue path).
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    queue: BinaryHeap<Reverse<QueuedPair>>,
+}
+
+/// A candidate merge in the queue path; ordered by rank, then by left position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct QueuedPair {
+    rank: u32,
+    left: u32,
+    right: u32,
+    /// Lengths of both symbols when queued: if either changed since, the entry is stale.
+    left_len: u32,
+    right_len: u32,
+}
+
+const NONE_IDX: u32 = u32::MAX;
+
+impl Bpe {
+    /// Builds the merge table. `token_to_id` maps every vocabulary string to its id.
+    pub(crate) fn new(
+        merges: &[String],
+        token_to_id: &HashMap<String, u32>,
+        n_vocab: u32,
+    ) -> Result<Bpe, TokenizerError> {
+        let mut extra: HashMap<String, u32> = HashMap::new();
+        let intern = |text: &str, extra: &mut HashMap<String, u32>| -> u32 {
+            if let Some(&id) = token_to_id.get(text) {
+                return id;
+            }
+            let next = n_vocab.saturating_add(u32::try_from(extra.len()).unwrap_or(u32::MAX));
+            *extra.entry(text.to_owned()).or_insert(next)
+        };
+
+        let mut table = PairMap::with_capacity_and_hasher(merges.len(), Default::default());
+        for (line, text) in merges.iter().enumerate() {
+            let (left, right) = split_merge(line, text)?;
+            let rank = u32::try_from(line).map_err(|_| TokenizerError::BadMerge {
+                line,
+                text: text.clone(),
+                reason: "too many merges",
+            })?;
+            let left_id = intern(left, &mut extra);
+            let right_id = intern(right, &mut extra);
+            let merged = intern(&format!("{left}{right}"), &mut extra);
+            // Like llama.cpp, the first line for a pair wins.
+            table.entry(pair_key(left_id, right_id)).or_insert(Merge { rank, merged });
+        }
+
+        let mut byte_ids = [NO_ID; 256];
+        for (b, slot) in byte_ids.iter_mut().enumerate() {
+            let mut buf = [0u8; 4];
+            let text: &str = BYTE_TO_CHAR[b].encode_utf8(&mut buf);
+            *slot = token_to_id.get(text).or_else(|| extra.get(text)).copied().unwrap_or(NO_ID);
+        }
+        let mut ascii_tokens = [NO_ID; 128];
+        for (b, slot) in ascii_tokens.iter_mut().enumerate() {
+            let mut buf = [0u8; 4];
+            let text: &str = char::from(b as u8).encode_utf8(&mut buf);
+            *slot = token_to_id.get(text).copied().unwrap_or(NO_ID);
+        }
+        Ok(Bpe { merges: table, byte_ids, ascii_tokens, n_vocab })
+    }
+
+    fn lookup(&self, left: u32, right: u32) -> Option<Merge> {
+        if left == NO_ID || right == NO_ID {
+            return None;
+        }
+        self.merges.get(&pair_key(left, right)).copied()
+    }
+
+    /// Appends the token ids of one pre-token (raw bytes) to `out`.
+    pub(crate) fn encode_word(&self, word: &[u8], scratch: &mut BpeScratch, out: &mut Vec<u32>) {
+        if word.is_empty() {
+            return;
+        }
+        let symbols = &mut scratch.symbols;
+        symbols.clear();
+        symbols.extend(word.iter().enumerate().map(|(i, &b)| Symbol {
+            start: i as u32,
+            len: 1,
+            id: self.byte_ids[usize::from(b)],
+        }));
+        if word.len() <= SCAN_LIMIT {
+            self.merge_by_scan(scratch);
+            for sym in &scratch.symbols {
+                self.emit(word, *sym, out);
+            }
+        } else {
+            self.merge_by_queue(scratch);
+            let mut i = 0u32;
+            while let Some(sym) = scratch.symbols.get(i as usize) {
+                self.emit(word, *sym, out);
+                i = scratch.next[i as usize];
+            }
+        }
+    }
+
+    /// Few symbols: keep them in order in a vector and rescan the cached pair ranks.
+    fn merge_by_scan(&self, scratch: &mut BpeScratch) {
+        let BpeScratch { symbols, ranks, .. } = scratch;
+        ranks.clear();
+        ranks.extend(symbols.windows(2).map(|w| self.lookup(w[0].id, w[1].id)));
+        loop {
+            let mut best: Option<(usize, Merge)> = None;
+            for (i, merge) in ranks.iter().enumerate() {
+                if let Some(m) = merge
+                    && best.is_none_or(|(_, b)| m.rank < b.rank)
+                {
+                    best = Some((i, *m));
+                }
+            }
+            let Some((i, merge)) = best else { break };
+            let right_len = symbols[i + 1].len;
+            symbols[i].len += right_len;
+            symbols[i].id = merge.merged;
+            symbols.remove(i + 1);
+            ranks.remove(i);
+            if i > 0 {
+                ranks[i - 1] = self.lookup(symbols[i - 1].id, symbols[i].id);
+            }
+            if i + 1 < symbols.len() {
+                ranks[i] = self.lookup(symbols[i].id, symbols[i + 1].id);
+            }
+        }
+    }
+
+    /// Many symbols: a linked list and a priority queue of candidate pairs, stale entries
+    /// recognised by the lengths of their two symbols.
+    fn merge_by_queue(&self, scratch: &mut BpeScratch) {
+        let BpeScratch { symbols, prev, next, queue, .. } = scratch;
+        let n = symbols.len() as u32;
+        prev.clear();
+        next.clear();
+        prev.extend((0..n).map(|i| if i == 0 { NONE_IDX } else { i - 1 }));
+        next.extend((0..n).map(|i| if i + 1 == n { NONE_IDX } else { i + 1 }));
+        queue.clear();
+
+        let push = |queue: &mut BinaryHeap<Reverse<QueuedPair>>, symbols: &[Symbol], left: u32, right: u32| {
+            if left == NONE_IDX || right == NONE_IDX {
+                return;
+            }
+            let (l, r) = (symbols[left as usize], symbols[right as usize]);
+            if let Some(m) = self.lookup(l.id, r.id) {
+                queue.push(Reverse(QueuedPair { rank: m.rank, left, right, left_len: l.len, right_len: r.len }));
+            }
+        };
+        for i in 1..n {
+            push(queue, symbols, i - 1, i);
+        }
+        while let Some(Reverse(pair)) = queue.pop() {
+            let (l, r) = (pair.left as usize, pair.right as usize);
+            if symbols[l].len != pair.left_len || symbols[r].len != pair.right_len || symbols[r].len == 0 {
+                continue;
+            }
+            // The pair is current, so its merge exists.
+            let Some(m) = self.lookup(symbols[l].id, symbols[r].id) else { continue };
+            symbols[l].len += symbols[r].len;
+            symbols[l].id = m.merged;
+            symbols[r].len = 0;
+            let after = next[r];
+            next[l] = after;
+            if after != NONE_IDX {
+                prev[after as usize] = pair.left;
+            }
+            push(queue, symbols, prev[l], pair.left);
+            push(queue, symbols, pair.left, after);
+        }
+    }
+
+    /// Emits the token for one final symbol; a symbol whose text is not a vocabulary entry falls
+    /// back, like llama.cpp, to the one-byte entries for each byte of its byte-level text.
+    fn emit(&self, word: &[u8], sym: Symbol, out: &mut Vec<u32>) {
+        if sym.len == 0 {
+            return;
+        }
+        if sym.id < self.n_vocab {
+            out.push(sym.id);
+            return;
+        }
+        let bytes = word.get(sym.start as usize..(sym.start + sym.len) as usize).unwrap_or_default();
+        for &b in bytes {
+            // A byte's character is one UTF-8 byte only when it is printable ASCII; bytes of
+            // longer characters are never one-byte vocabulary entries.
+            let c = BYTE_TO_CHAR[usize::from(b)];
+            if let Some(&id) = u8::try_from(c).ok().and_then(|a| self.ascii_tokens.get(usize::from(a)))
+                && id != NO_ID
+            {
+                out.push(id);
+            }
+        }
+    }
+}
+
+/// Splits a merge line `"left right"` (llama.cpp splits at the first space after position 0).
+fn split_merge(line: usize, text: &str) -> Result<(&str, &str), TokenizerError> {
+    let bad = |reason| TokenizerError::BadMerge { line, text: text.to_owned(), reason };
+    let sep = text
+        .char_indices()
+        .skip(1)
+        .find(|&(_, c)| c == ' ')
+        .map(|(i, _)| i)
+        .ok_or_else(|| bad("no space separating the two parts"))?;
+    let (left, right) = (&text[..sep], &text[sep + 1..]);
+    if right.is_empty() {
+        return Err(bad("empty right part"));
+    }
+    if right.contains(' ') {
+        return Err(bad("more than two parts"));
+    }
+    Ok((left, right))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vocab(words: &[&str]) -> HashMap<String, u32> {
+        words.iter().enumerate().map(|(i, w)| ((*w).to_owned(), i as u32)).collect()
+    }
+
+    #[test]
+    fn rejects_malformed_merges_naming_the_line() {
+        let v = vocab(&["a", "b", "ab"]);
+        for (text, reason) in [("ab", "no space"), ("a ", "empty right"), ("a b c", "more than two")] {
+            let merges = vec!["a b".to_owned(), text.to_owned()];
+            match Bpe::new(&merges, &v, 3) {
+                Err(TokenizerError::BadMerge { line: 1, reason: r, .. }) => assert!(r.starts_with(reason), "{r}"),
+                other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn scan_and_queue_paths_agree() {
+        let v = vocab(&["a", "b", "ab", "aa", "aaa", "ba", "aab", "bab"]);
+        let merges: Vec<String> = ["a a", "a b", "aa a", "b a", "aa b", "b ab"].iter().map(|s| (*s).to_owned()).collect();
+        let bpe = Bpe::new(&merges, &v, v.len() as u32).unwrap_or_else(|e| panic!("{e}"));
+        let mut scratch = BpeScratch::default();
+        let mut seed = 12345u64;
+        for len in 1..200 {
+            let word: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    if seed >> 63 == 0 { b'a' } else { b'b' }
+                })
+                .collect();
+            let (mut by_scan, mut by_queue) = (Vec::new(), Vec::new());
+            scratch.symbols = word.iter().enumerate().map(|(i, &b)| Symbol { start: i as u32, len: 1, id: bpe.byte_ids[usize::from(b)] }).collect();
+            bpe.merge_by_scan(&mut scratch);
+            for s in &scratch.symbols {
+                bpe.emit(&word, *s, &mut by_scan);
+            }
+            scratch.symbols = word.iter().enumerate().map(|(i, &b)| Symbol { start: i as u32, len: 1, id: bpe.byte_ids[usize::from(b)] }).collect();
+            bpe.merge_by_queue(&mut scratch);
+            let mut i = 0u32;
+            while let Some(s) = scratch.symbols.get(i as usize) {
+                bpe.emit(&word, *s, &mut by_queue);
+                i = scratch.next[i as usize];
+            }
+            assert_eq!(by_scan, by_queue, "{}", String::from_utf8_lossy(&word));
+        }
+    }
+
+    #[test]
+    fn merges_of_non_vocabulary_strings_fall_back_to_bytes() {
+        // "xy" is produced by a merge but is not a token: llama.cpp emits "x" and "y".
+        let v = vocab(&["x", "y", "z", "xyz"]);
+        let merges: Vec<String> = ["x y"].iter().map(|s| (*s).to_owned()).collect();
+        let bpe = Bpe::new(&merges, &v, 4).unwrap_or_else(|e| panic!("{e}"));
+        let mut out = Vec::new();
+        bpe.encode_word(b"xyz", &mut BpeScratch::default(), &mut out);
+        assert_eq!(out, [0, 1, 2]);
+    }
+}

@@ -1,0 +1,52 @@
+//! The tokenizer's error type.
+
+use thiserror::Error;
+
+/// Everything that can go wrong while building a [`super::Tokenizer`] or using it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TokenizerError {
+    /// `tokenizer.ggml.model` names a tokenizer family this crate does not implement.
+    #[error("unsupported tokenizer model {model:?}: only \"gpt2\" (byte-level BPE) is supported")]
+    UnsupportedModel { model: String },
+
+    /// `tokenizer.ggml.pre` names a pre-tokenizer this crate does not implement.
+    #[error("unsupported pre-tokenizer {pre:?}: supported are {supported}")]
+    UnsupportedPreTokenizer { pre: String, supported: &'static str },
+
+    /// The vocabulary has no tokens at all.
+    #[error("the vocabulary is empty")]
+    EmptyVocabulary,
+
+    /// The vocabulary has more entries than a `u32` token id can address.
+    #[error("the vocabulary has {n_vocab} tokens, more than u32 ids can address")]
+    VocabularyTooLarge { n_vocab: usize },
+
+    /// `tokenizer.ggml.token_type` is present but shorter than the token list.
+    #[error("token_type has {got} entries but the vocabulary has {n_vocab} tokens")]
+    TokenTypeCount { got: usize, n_vocab: usize },
+
+    /// Two vocabulary entries have the same text (llama.cpp refuses such a vocabulary too).
+    #[error("token text {text:?} appears twice, at ids {first} and {second}")]
+    DuplicateToken { text: String, first: u32, second: u32 },
+
+    /// A `tokenizer.ggml.merges` line is not of the form `"left right"`.
+    #[error("merge line {line} ({text:?}) is malformed: {reason}")]
+    BadMerge { line: usize, text: String, reason: &'static str },
+
+    /// A special token id from the metadata does not name a vocabulary entry.
+    #[error("special token {role} has id {id}, but the vocabulary has only {n_vocab} tokens")]
+    SpecialIdOutOfRange { role: &'static str, id: u32, n_vocab: usize },
+
+    /// A token id passed to a lookup or to decoding is not in the vocabulary.
+    #[error("token id {id} is out of range (the vocabulary has {n_vocab} tokens)")]
+    TokenIdOutOfRange { id: u32, n_vocab: usize },
+
+    /// Bytes handed to `encode_bytes` are not valid UTF-8.
+    #[error("input is not valid UTF-8: bad sequence at byte offset {offset}")]
+    InvalidUtf8 {
+        /// Byte offset of the first invalid sequence (everything before it is valid).
+        offset: usize,
+        /// Length of the invalid sequence, `None` if the input ends inside a code point.
+        invalid_len: Option<usize>,
+    },
+}

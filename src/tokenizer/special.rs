@@ -1,0 +1,303 @@
+//! Special tokens: token attributes, the special ids (with llama.cpp's auto-detection by text),
+//! the end-of-generation set, and the splitting of text around special-token text.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
+
+use memchr::memmem::Finder;
+
+use super::TokenizerData;
+use super::error::TokenizerError;
+
+/// Token attribute bits, as llama.cpp's `llama_token_attr`.
+pub(crate) mod attr {
+    pub(crate) const UNDEFINED: u32 = 0;
+    pub(crate) const UNKNOWN: u32 = 1 << 0;
+    pub(crate) const UNUSED: u32 = 1 << 1;
+    pub(crate) const NORMAL: u32 = 1 << 2;
+    pub(crate) const CONTROL: u32 = 1 << 3;
+    pub(crate) const USER_DEFINED: u32 = 1 << 4;
+    pub(crate) const BYTE: u32 = 1 << 5;
+}
+
+/// Attributes from `tokenizer.ggml.token_type` (all normal when the array is absent).
+pub(crate) fn attrs_from_types(types: &[i32], n_vocab: usize) -> Result<Vec<u32>, TokenizerError> {
+    if types.is_empty() {
+        return Ok(vec![attr::NORMAL; n_vocab]);
+    }
+    if types.len() < n_vocab {
+        return Err(TokenizerError::TokenTypeCount { got: types.len(), n_vocab });
+    }
+    Ok(types[..n_vocab]
+        .iter()
+        .map(|&t| match t {
+            1 => attr::NORMAL,
+            2 => attr::UNKNOWN,
+            3 => attr::CONTROL,
+            4 => attr::USER_DEFINED,
+            5 => attr::UNUSED,
+            6 => attr::BYTE,
+            _ => attr::UNDEFINED,
+        })
+        .collect())
+}
+
+/// The special token ids after llama.cpp's defaults and auto-detection.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SpecialIds {
+    pub(crate) bos: Option<u32>,
+    pub(crate) eos: Option<u32>,
+    pub(crate) eot: Option<u32>,
+    pub(crate) eom: Option<u32>,
+    pub(crate) unk: Option<u32>,
+    pub(crate) sep: Option<u32>,
+    pub(crate) pad: Option<u32>,
+    pub(crate) mask: Option<u32>,
+    pub(crate) fim_pre: Option<u32>,
+    pub(crate) fim_suf: Option<u32>,
+    pub(crate) fim_mid: Option<u32>,
+    pub(crate) fim_pad: Option<u32>,
+    pub(crate) fim_rep: Option<u32>,
+    pub(crate) fim_sep: Option<u32>,
+    /// End-of-generation tokens.
+    pub(crate) eog: BTreeSet<u32>,
+}
+
+/// Texts that llama.cpp takes for a special role when the metadata does not name one.
+const EOT_TEXTS: &[&str] = &[
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+];
+const EOM_TEXTS: &[&str] = &["<|eom_id|>"];
+const FIM_PRE_TEXTS: &[&str] = &[
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+    "<|code_prefix|>", "<|prefix|>",
+];
+const FIM_SUF_TEXTS: &[&str] = &[
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+    "<|code_suffix|>", "<|suffix|>",
+];
+const FIM_MID_TEXTS: &[&str] = &[
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+    "<|code_middle|>", "<|middle|>",
+];
+const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
+const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
+const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
+/// Texts that always end generation.
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
+];
+/// gpt-oss tokens that llama.cpp always renders (it makes them user-defined).
+const ALWAYS_RENDERED_TEXTS: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
+
+/// Resolves the special ids the way llama.cpp's vocabulary loader does, adjusting `attrs` where
+/// it does (tokens it recognises as control tokens by their text get the control attribute).
+pub(crate) fn resolve_special_ids(
+    data: &TokenizerData,
+    token_to_id: &HashMap<String, u32>,
+    attrs: &mut [u32],
+) -> Result<SpecialIds, TokenizerError> {
+    let n_vocab = attrs.len();
+    let check = |role: &'static str, id: Option<u32>| -> Result<Option<u32>, TokenizerError> {
+        match id {
+            Some(id) if id as usize >= n_vocab => Err(TokenizerError::SpecialIdOutOfRange { role, id, n_vocab }),
+            other => Ok(other),
+        }
+    };
+    // llama.cpp's defaults for "gpt2" vocabularies are bos = eos = 11, used when in range.
+    let gpt2_default = (11 < n_vocab).then_some(11);
+    let mut ids = SpecialIds {
+        bos: check("bos", data.bos_id)?.or(gpt2_default),
+        eos: check("eos", data.eos_id)?.or(gpt2_default),
+        eot: check("eot", data.eot_id)?,
+        eom: check("eom", data.eom_id)?,
+        unk: check("unk", data.unk_id)?,
+        sep: check("sep", data.sep_id)?,
+        pad: check("pad", data.pad_id)?,
+        mask: check("mask", data.mask_id)?,
+        fim_pre: check("fim_pre", data.fim_pre_id)?,
+        fim_suf: check("fim_suf", data.fim_suf_id)?,
+        fim_mid: check("fim_mid", data.fim_mid_id)?,
+        fim_pad: check("fim_pad", data.fim_pad_id)?,
+        fim_rep: check("fim_rep", data.fim_rep_id)?,
+        fim_sep: check("fim_sep", data.fim_sep_id)?,
+        eog: BTreeSet::new(),
+    };
+
+    // Auto-detection by text for roles the metadata left open. llama.cpp takes whichever
+    // candidate its hash map yields first; we take the first candidate in list order.
+    let mut detect = |slot: &mut Option<u32>, texts: &[&str]| {
+        if slot.is_some() {
+            return;
+        }
+        if let Some(&id) = texts.iter().find_map(|t| token_to_id.get(*t)) {
+            *slot = Some(id);
+            attrs[id as usize] |= attr::CONTROL;
+        }
+    };
+    detect(&mut ids.eot, EOT_TEXTS);
+    detect(&mut ids.eom, EOM_TEXTS);
+    detect(&mut ids.fim_pre, FIM_PRE_TEXTS);
+    detect(&mut ids.fim_suf, FIM_SUF_TEXTS);
+    detect(&mut ids.fim_mid, FIM_MID_TEXTS);
+    detect(&mut ids.fim_pad, FIM_PAD_TEXTS);
+    detect(&mut ids.fim_rep, FIM_REP_TEXTS);
+    detect(&mut ids.fim_sep, FIM_SEP_TEXTS);
+
+    ids.eog.extend([ids.fim_pad, ids.fim_rep, ids.fim_sep].into_iter().flatten());
+    for text in EOG_TEXTS {
+        if let Some(&id) = token_to_id.get(*text) {
+            ids.eog.insert(id);
+            attrs[id as usize] |= attr::CONTROL;
+        }
+    }
+    for text in ALWAYS_RENDERED_TEXTS {
+        if let Some(&id) = token_to_id.get(*text) {
+            attrs[id as usize] = attr::USER_DEFINED;
+        }
+    }
+    ids.eog.extend([ids.eos, ids.eot, ids.eom].into_iter().flatten());
+
+    // "<|end|>" ends a turn but not generation in vocabularies with "<|return|>"/"<|call|>"
+    // (gpt-oss) or "<|calls|>"/"<|flush|>" (solar-open).
+    let eog_has = |ids: &SpecialIds, texts: &[&str]| texts.iter().any(|t| token_to_id.get(*t).is_some_and(|id| ids.eog.contains(id)));
+    let (has_return, has_call, has_flush) =
+        (eog_has(&ids, &["<|return|>"]), eog_has(&ids, &["<|call|>", "<|calls|>"]), eog_has(&ids, &["<|flush|>"]));
+    if let Some(&end) = token_to_id.get("<|end|>")
+        && ids.eog.contains(&end)
+        && has_call
+        && (has_return || has_flush)
+    {
+        ids.eog.remove(&end);
+        attrs[end as usize] = attr::USER_DEFINED;
+    }
+    // Gemma 4 and PLaMo have an ordinary "</s>".
+    if let Some(&s) = token_to_id.get("</s>")
+        && ids.eog.contains(&s)
+        && eog_has(&ids, &["<|tool_response>", "<|plamo:eos|>"])
+    {
+        ids.eog.remove(&s);
+        attrs[s as usize] = attr::NORMAL;
+    }
+    Ok(ids)
+}
+
+/// A piece of the input after special-token splitting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fragment {
+    /// Byte range of ordinary text, to be pre-tokenized and merged.
+    Text(Range<usize>),
+    /// A special token found in the text.
+    Token(u32),
+}
+
+#[derive(Debug)]
+struct SpecialEntry {
+    id: u32,
+    finder: Finder<'static>,
+    /// Control and unknown tokens are only recognised when parsing special tokens;
+    /// user-defined ones always are.
+    needs_parse_special: bool,
+}
+
+/// Finds special-token text in input, in llama.cpp's order.
+#[derive(Debug)]
+pub(crate) struct SpecialMatcher {
+    entries: Vec<SpecialEntry>,
+}
+
+impl SpecialMatcher {
+    /// Control, user-defined and unknown tokens, longest text first (ties by id).
+    pub(crate) fn new(tokens: &[String], attrs: &[u32]) -> SpecialMatcher {
+        let mut ids: Vec<u32> = (0..tokens.len() as u32)
+            .filter(|&id| attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
+            .collect();
+        ids.sort_by_key(|&id| std::cmp::Reverse(tokens[id as usize].len()));
+        let entries = ids
+            .into_iter()
+            .map(|id| SpecialEntry {
+                id,
+                finder: Finder::new(tokens[id as usize].as_bytes()).into_owned(),
+                needs_parse_special: attrs[id as usize] & (attr::CONTROL | attr::UNKNOWN) != 0,
+            })
+            .collect();
+        SpecialMatcher { entries }
+    }
+
+    /// Splits `text` like llama.cpp's `tokenizer_st_partition`: each special token in turn, longest
+    /// first, is cut out of every remaining text fragment at each of its non-overlapping
+    /// occurrences. With `parse_special == false` only user-defined tokens are cut out.
+    pub(crate) fn partition(&self, text: &str, parse_special: bool, out: &mut Vec<Fragment>) {
+        out.clear();
+        if text.is_empty() {
+            return;
+        }
+        out.push(Fragment::Text(0..text.len()));
+        let bytes = text.as_bytes();
+        let mut next = Vec::new();
+        for entry in &self.entries {
+            if entry.needs_parse_special && !parse_special {
+                continue;
+            }
+            let pattern_len = entry.finder.needle().len();
+            let mut changed = false;
+            next.clear();
+            for frag in out.iter() {
+                let Fragment::Text(range) = frag else {
+                    next.push(frag.clone());
+                    continue;
+                };
+                let mut start = range.start;
+                while let Some(found) = bytes.get(start..range.end).and_then(|hay| entry.finder.find(hay)) {
+                    changed = true;
+                    let at = start + found;
+                    if at > start {
+                        next.push(Fragment::Text(start..at));
+                    }
+                    next.push(Fragment::Token(entry.id));
+                    start = at + pattern_len;
+                }
+                if start < range.end {
+                    next.push(Fragment::Text(start..range.end));
+                }
+            }
+            if changed {
+                std::mem::swap(out, &mut next);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matcher(specials: &[(&str, u32)]) -> (SpecialMatcher, Vec<String>) {
+        let tokens: Vec<String> = specials.iter().map(|(t, _)| (*t).to_owned()).collect();
+        let attrs: Vec<u32> = specials.iter().map(|(_, a)| *a).collect();
+        (SpecialMatcher::new(&tokens, &attrs), tokens)
+    }
+
+    #[test]
+    fn longest_token_is_cut_first_across_the_whole_text() {
+        // llama.cpp handles tokens one at a time, longest first: "xyz" wins over an earlier "wx".
+        let (m, _) = matcher(&[("wx", attr::CONTROL), ("xyz", attr::CONTROL)]);
+        let mut out = Vec::new();
+        m.partition("wxyz wx", true, &mut out);
+        assert_eq!(out, [Fragment::Text(0..1), Fragment::Token(1), Fragment::Text(4..5), Fragment::Token(0)]);
+    }
+
+    #[test]
+    fn user_defined_tokens_split_even_without_parse_special() {
+        let (m, _) = matcher(&[("<c>", attr::CONTROL), ("<u>", attr::USER_DEFINED)]);
+        let mut out = Vec::new();
+        m.partition("a<c>b<u>", false, &mut out);
+        assert_eq!(out, [Fragment::Text(0..5), Fragment::Token(1)]);
+        m.partition("a<c>b<u>", true, &mut out);
+        assert_eq!(out, [Fragment::Text(0..1), Fragment::Token(0), Fragment::Text(4..5), Fragment::Token(1)]);
+    }
+}
