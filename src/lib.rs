@@ -5,6 +5,8 @@
 //! templates.
 
 pub mod chat;
+pub mod cli;
 pub mod gguf;
+pub mod models;
 pub mod quants;
 pub mod tokenizer;

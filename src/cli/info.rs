@@ -1,0 +1,97 @@
+//! `minfer info MODEL [--json] [--tensors]`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{CliError, Out};
+use crate::gguf::GgufFile;
+use crate::models::HParams;
+
+/// Arrays longer than this are cut in `--json` metadata.
+const JSON_ARRAY_ITEMS: usize = 16;
+
+/// Per-type tensor count and byte total.
+fn quant_mix(f: &GgufFile) -> BTreeMap<&'static str, (usize, u64)> {
+    let mut mix = BTreeMap::new();
+    for t in f.tensors() {
+        let e = mix.entry(t.type_name()).or_insert((0usize, 0u64));
+        e.0 += 1;
+        e.1 += t.n_bytes;
+    }
+    mix
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+pub fn run(out: &mut Out, path: &Path, json: bool, tensors: bool) -> Result<(), CliError> {
+    let f = GgufFile::open(path)?;
+    let hp = HParams::from_gguf(&f);
+    let mix = quant_mix(&f);
+    let n_params: u64 = f.tensors().iter().map(|t| t.n_elements).sum();
+    if json {
+        let mut v = json!({
+            "path": path.display().to_string(),
+            "file_size": f.file_size(),
+            "gguf_version": f.version(),
+            "alignment": f.alignment(),
+            "n_tensors": f.tensors().len(),
+            "n_params": n_params,
+            "quant_mix": mix.iter().map(|(k, (n, b))| (k.to_string(), json!({"tensors": n, "bytes": b}))).collect::<serde_json::Map<_, _>>(),
+            "metadata": f.metadata().iter().filter(|(k, _)| k != "tokenizer.chat_template").map(|(k, v)| (k.clone(), v.to_json(JSON_ARRAY_ITEMS))).collect::<serde_json::Map<_, _>>(),
+        });
+        match &hp {
+            Ok(hp) => v["hparams"] = serde_json::to_value(hp).unwrap_or_default(),
+            Err(e) => v["hparams_error"] = json!(e.to_string()),
+        }
+        if tensors {
+            v["tensors"] = f
+                .tensors()
+                .iter()
+                .map(|t| json!({"name": t.name, "type": t.type_name(), "dims": t.dims, "bytes": t.n_bytes, "offset": t.offset}))
+                .collect();
+        }
+        return out.line(serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+
+    let name = f.opt_str("general.name").ok().flatten().unwrap_or("-");
+    out.line(format!("file:              {} ({}, {} bytes)", path.display(), mib(f.file_size()), f.file_size()))?;
+    out.line(format!("gguf:              version {}, alignment {}, {} tensors, {} metadata keys", f.version(), f.alignment(), f.tensors().len(), f.metadata().len()))?;
+    out.line(format!("name:              {name}"))?;
+    match &hp {
+        Ok(hp) => {
+            out.line(format!("architecture:      {}", hp.arch))?;
+            out.line(format!("parameters:        {:.2} M", n_params as f64 / 1e6))?;
+            out.line(format!("block count:       {}", hp.n_layer))?;
+            out.line(format!("embedding length:  {}", hp.n_embd))?;
+            out.line(format!("heads:             {}", hp.n_head))?;
+            out.line(format!("kv heads:          {}", hp.n_head_kv))?;
+            out.line(format!("head dim:          {}", hp.head_dim))?;
+            out.line(format!("ffn length:        {}", hp.n_ff))?;
+            out.line(format!("context length:    {}", hp.n_ctx_train))?;
+            out.line(format!("rope base:         {}", hp.rope_freq_base))?;
+            out.line(format!("rms eps:           {:e}", hp.rms_eps))?;
+            out.line(format!("vocab size:        {}", hp.n_vocab))?;
+        }
+        Err(e) => out.line(format!("hyper-parameters:  unavailable ({e})"))?,
+    }
+    if let Ok(Some(model)) = f.opt_str("tokenizer.ggml.model") {
+        let pre = f.opt_str("tokenizer.ggml.pre").ok().flatten().unwrap_or("-");
+        out.line(format!("tokenizer:         {model} (pre {pre})"))?;
+    }
+    out.line("quant mix:")?;
+    for (ty, (n, bytes)) in &mix {
+        out.line(format!("  {ty:<6} {n:>4} tensors  {}", mib(*bytes)))?;
+    }
+    if tensors {
+        out.line(format!("{:<40} {:<7} {:<24} {:>12} {:>12}", "tensor", "type", "dims", "bytes", "offset"))?;
+        for t in f.tensors() {
+            let dims = format!("{:?}", t.dims);
+            out.line(format!("{:<40} {:<7} {:<24} {:>12} {:>12}", t.name, t.type_name(), dims, t.n_bytes, t.offset))?;
+        }
+    }
+    Ok(())
+}

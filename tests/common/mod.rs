@@ -1,0 +1,30 @@
+//! Test support shared by the integration tests.
+#![allow(dead_code)]
+
+pub mod gguf_bytes;
+
+use std::path::PathBuf;
+
+/// Directory of the test models: `$MINFER_MODEL_DIR`, else `<repo>/models`.
+pub fn model_dir() -> PathBuf {
+    std::env::var_os("MINFER_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models"))
+}
+
+pub const QWEN2_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+pub const QWEN2_15B: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+pub const QWEN3_TINY: &str = "qwen3-tiny.gguf";
+
+/// Path of a test model; panics with the command to fetch it when it is missing, so a missing
+/// model fails the test instead of skipping it.
+pub fn model_path(name: &str) -> PathBuf {
+    let p = model_dir().join(name);
+    assert!(p.is_file(), "test model {} is missing: run scripts/fetch_models.sh first", p.display());
+    p
+}
+
+/// Path of a file in `tests/data`.
+pub fn data_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("data").join(name)
+}
