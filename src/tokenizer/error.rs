@@ -2,8 +2,10 @@
 
 use thiserror::Error;
 
+use crate::gguf::GgufError;
+
 /// Everything that can go wrong while building a [`super::Tokenizer`] or using it.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Error)]
 pub enum TokenizerError {
     /// `tokenizer.ggml.model` names a tokenizer family this crate does not implement.
     #[error("unsupported tokenizer model {model:?}: only \"gpt2\" (byte-level BPE) is supported")]
@@ -49,4 +51,8 @@ pub enum TokenizerError {
         /// Length of the invalid sequence, `None` if the input ends inside a code point.
         invalid_len: Option<usize>,
     },
+
+    /// The GGUF metadata lacks a required tokenizer key or has one of the wrong type.
+    #[error("tokenizer metadata: {0}")]
+    Gguf(#[from] GgufError),
 }

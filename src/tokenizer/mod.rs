@@ -16,6 +16,7 @@ mod bpe;
 mod byte_level;
 mod decode;
 mod error;
+mod gguf;
 mod pretokenize;
 mod special;
 mod unicode_classes;
