@@ -140,3 +140,23 @@ fn pieces_render_like_token_to_piece() {
     assert!(tok.token_bytes(151_936).is_err());
     assert_eq!(tok.decode_with(&[151_644, 872, 151_645], false).ok().as_deref(), Some("user"));
 }
+
+/// Random strings whose ids come from llama.cpp's splitter plus an independent BPE
+/// (see `tests/data/tokenizer_oracle.md`).
+#[test]
+fn random_strings_match_the_oracle_and_round_trip() {
+    let tok = load_tokenizer();
+    let path = common::data_path("tokenizer_oracle.jsonl");
+    let data = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut n = 0;
+    for line in data.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+        let text = v["text"].as_str().unwrap_or_else(|| panic!("text"));
+        let want: Vec<u32> = serde_json::from_value(v["ids"].clone()).unwrap_or_else(|e| panic!("{e}"));
+        let ids = tok.encode(text, false);
+        assert_eq!(ids, want, "{text:?}");
+        assert_eq!(tok.decode(&ids).ok().as_deref(), Some(text));
+        n += 1;
+    }
+    assert_eq!(n, 828);
+}

@@ -221,4 +221,25 @@ mod tests {
         assert_eq!(split("x "), ["x", " "]);
         assert_eq!(split("\tword"), ["\tword"]);
     }
+
+    /// llama.cpp's own splits of 828 random strings (see `tests/data/tokenizer_oracle.md`).
+    #[test]
+    fn splits_like_llama_cpp_on_random_strings() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/tokenizer_oracle.jsonl");
+        let data = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut n = 0;
+        for line in data.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}"));
+            let text = v["text"].as_str().unwrap_or_else(|| panic!("text"));
+            let want: Vec<&str> = v["words"]
+                .as_array()
+                .unwrap_or_else(|| panic!("words"))
+                .iter()
+                .map(|w| w.as_str().unwrap_or_else(|| panic!("word")))
+                .collect();
+            assert_eq!(split(text), want, "{text:?}");
+            n += 1;
+        }
+        assert_eq!(n, 828);
+    }
 }
