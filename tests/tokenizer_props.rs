@@ -70,6 +70,19 @@ proptest! {
     }
 
     #[test]
+    fn repeated_words_encode_the_same_every_time(text in tricky_text()) {
+        // Within one call, words seen before are copied from earlier output: a text repeated
+        // after a special token must give the same ids twice.
+        let tok = tokenizer();
+        let once = tok.encode(&text, true);
+        let twice = tok.encode(&format!("{text}<|im_end|>{text}"), true);
+        let mut want = once.clone();
+        want.push(151_645);
+        want.extend_from_slice(&once);
+        prop_assert_eq!(twice, want);
+    }
+
+    #[test]
     fn stream_decoder_emits_whole_code_points_only(text in multibyte_text()) {
         let tok = tokenizer();
         let ids = tok.encode(&text, false);

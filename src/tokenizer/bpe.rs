@@ -46,6 +46,53 @@ impl Hasher for PairHasher {
 
 type PairMap = HashMap<u64, Merge, BuildHasherDefault<PairHasher>>;
 
+/// The same folded multiply over byte strings (8 bytes at a time), for the word cache.
+#[derive(Default)]
+pub(crate) struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+        let mut tail = [0u8; 8];
+        let rest = chunks.remainder();
+        tail[..rest.len()].copy_from_slice(rest);
+        self.write_u64(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 59));
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.write_u64(u64::from(byte));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        let product = u128::from(key ^ self.0) * 0x9E37_79B9_7F4A_7C15_u128;
+        self.0 = (product as u64) ^ ((product >> 64) as u64);
+    }
+}
+
+/// Most cached words per `encode` call; past this, new words are merged without being cached.
+const WORD_CACHE_LIMIT: usize = 1 << 16;
+
+/// Where the ids of each word already encoded in one `encode` call sit in its output, so that
+/// repeated words (most of them, in prose) are copied instead of merged again. It lives for
+/// one call only: the tokenizer itself holds no mutable state.
+#[derive(Default)]
+pub(crate) struct WordCache<'t> {
+    spans: HashMap<&'t [u8], (u32, u32), BuildHasherDefault<WordHasher>>,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Merge {
     rank: u32,
@@ -151,6 +198,28 @@ impl Bpe {
             return None;
         }
         self.merges.get(&pair_key(left, right)).copied()
+    }
+
+    /// [`Bpe::encode_word`], reusing the ids of an earlier occurrence of the same word.
+    pub(crate) fn encode_word_cached<'t>(
+        &self,
+        word: &'t [u8],
+        scratch: &mut BpeScratch,
+        cache: &mut WordCache<'t>,
+        out: &mut Vec<u32>,
+    ) {
+        if let Some(&(start, len)) = cache.spans.get(word) {
+            let (start, len) = (start as usize, len as usize);
+            out.extend_from_within(start..start + len);
+            return;
+        }
+        let start = out.len();
+        self.encode_word(word, scratch, out);
+        if cache.spans.len() < WORD_CACHE_LIMIT
+            && let (Ok(s), Ok(n)) = (u32::try_from(start), u32::try_from(out.len() - start))
+        {
+            cache.spans.insert(word, (s, n));
+        }
     }
 
     /// Appends the token ids of one pre-token (raw bytes) to `out`.

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 pub use decode::StreamDecoder;
 pub use error::TokenizerError;
 
-use bpe::{Bpe, BpeScratch};
+use bpe::{Bpe, BpeScratch, WordCache};
 use decode::Pieces;
 use pretokenize::{SplitScratch, split_qwen2};
 use special::{Fragment, SpecialIds, SpecialMatcher, attr};
@@ -142,13 +142,14 @@ impl Tokenizer {
         self.matcher.partition(text, parse_special, &mut fragments);
         let mut split_scratch = SplitScratch::default();
         let mut bpe_scratch = BpeScratch::default();
+        let mut cache = WordCache::default();
         for fragment in fragments {
             match fragment {
                 Fragment::Token(id) => out.push(id),
                 Fragment::Text(range) => {
                     let Some(part) = text.get(range) else { continue };
                     split_qwen2(part, &mut split_scratch, |word| {
-                        self.bpe.encode_word(word.as_bytes(), &mut bpe_scratch, &mut out);
+                        self.bpe.encode_word_cached(word.as_bytes(), &mut bpe_scratch, &mut cache, &mut out);
                     });
                 }
             }

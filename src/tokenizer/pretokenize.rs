@@ -72,7 +72,7 @@ pub(crate) struct SplitScratch {
 
 /// Splits `text` into pre-tokens and calls `emit` with each, in order. The pre-tokens are
 /// non-empty and cover `text` exactly.
-pub(crate) fn split_qwen2(text: &str, scratch: &mut SplitScratch, mut emit: impl FnMut(&str)) {
+pub(crate) fn split_qwen2<'t>(text: &'t str, scratch: &mut SplitScratch, mut emit: impl FnMut(&'t str)) {
     let SplitScratch { cps, classes, offsets } = scratch;
     cps.clear();
     classes.clear();
