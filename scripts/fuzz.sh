@@ -16,12 +16,12 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --quiet
 fi
 targets=$(cargo +nightly fuzz list)
-cargo +nightly fuzz build $targets >/dev/null 2>&1 || cargo +nightly fuzz build
+cargo +nightly fuzz build
 for t in $targets; do
     corpus="fuzz/corpus/$t"
     mkdir -p "$corpus"
     if [ -d "fuzz/seeds/$t" ]; then cp -n fuzz/seeds/"$t"/* "$corpus"/ 2>/dev/null || true; fi
     echo "fuzz.sh: $t for ${secs}s"
-    cargo +nightly fuzz run "$t" "$corpus" -- -max_total_time="$secs" -rss_limit_mb=4096 2>&1 | tail -n 1
+    cargo +nightly fuzz run "$t" "$corpus" -- -max_total_time="$secs" -rss_limit_mb=4096 2>&1 | tail -n 20
 done
 echo "fuzz.sh: all targets ran ${secs}s without a crash"
