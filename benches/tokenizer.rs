@@ -1,4 +1,5 @@
-//! Tokenizer throughput on English-like prose (about 400 KB built from a word list), one core.
+//! Tokenizer throughput on English-like prose (about 400 KB built from a word list), one core,
+//! plus the worst case of one long word.
 //!
 //! `cargo bench --bench tokenizer`; needs `qwen3-tiny.gguf` in `$MINFER_MODEL_DIR` or `models/`
 //! (`scripts/fetch_models.sh`). Criterion reports the throughput in MiB/s of input text.
@@ -86,6 +87,21 @@ fn bench_tokenizer(c: &mut Criterion) {
     group.bench_function("encode_english", |b| b.iter(|| tok.encode(black_box(&text), false)));
     group.bench_function("encode_english_parse_special", |b| b.iter(|| tok.encode(black_box(&text), true)));
     group.bench_function("decode_english", |b| b.iter(|| tok.decode(black_box(&ids))));
+    group.finish();
+
+    // Worst case for the merge loop: one 100 KB word (random letters, no space) goes through the
+    // priority-queue path instead of the small-word scan.
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let long_word: String = (0..100_000)
+        .map(|_| {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            char::from(b'a' + ((state >> 33) % 26) as u8)
+        })
+        .collect();
+    let mut group = c.benchmark_group("tokenizer");
+    group.throughput(Throughput::Bytes(long_word.len() as u64));
+    group.sample_size(10);
+    group.bench_function("encode_one_long_word", |b| b.iter(|| tok.encode(black_box(&long_word), false)));
     group.finish();
 }
 

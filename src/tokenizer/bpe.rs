@@ -131,18 +131,15 @@ pub(crate) struct BpeScratch {
     /// Linked list over `symbols` (queue path).
     prev: Vec<u32>,
     next: Vec<u32>,
-    queue: BinaryHeap<Reverse<QueuedPair>>,
+    queue: BinaryHeap<Reverse<u64>>,
 }
 
-/// A candidate merge in the queue path; ordered by rank, then by left position.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct QueuedPair {
-    rank: u32,
-    left: u32,
-    right: u32,
-    /// Lengths of both symbols when queued: if either changed since, the entry is stale.
-    left_len: u32,
-    right_len: u32,
+/// A candidate merge in the queue path, packed as `rank << 32 | left` so that the smallest
+/// entry is the lowest rank, leftmost among equals. The right symbol is not stored: an entry is
+/// current exactly when `left` is alive and its pair with its right neighbour still has this
+/// rank (a symbol only grows, so once its pair changed it never has the same texts again).
+fn queue_entry(rank: u32, left: u32) -> Reverse<u64> {
+    Reverse((u64::from(rank) << 32) | u64::from(left))
 }
 
 const NONE_IDX: u32 = u32::MAX;
@@ -278,8 +275,8 @@ impl Bpe {
         }
     }
 
-    /// Many symbols: a linked list and a priority queue of candidate pairs, stale entries
-    /// recognised by the lengths of their two symbols.
+    /// Many symbols: a linked list and a priority queue of candidate pairs; stale entries are
+    /// recognised by looking the pair up again.
     fn merge_by_queue(&self, scratch: &mut BpeScratch) {
         let BpeScratch { symbols, prev, next, queue, .. } = scratch;
         let n = symbols.len() as u32;
@@ -289,35 +286,38 @@ impl Bpe {
         next.extend((0..n).map(|i| if i + 1 == n { NONE_IDX } else { i + 1 }));
         queue.clear();
 
-        let push = |queue: &mut BinaryHeap<Reverse<QueuedPair>>, symbols: &[Symbol], left: u32, right: u32| {
-            if left == NONE_IDX || right == NONE_IDX {
-                return;
-            }
-            let (l, r) = (symbols[left as usize], symbols[right as usize]);
-            if let Some(m) = self.lookup(l.id, r.id) {
-                queue.push(Reverse(QueuedPair { rank: m.rank, left, right, left_len: l.len, right_len: r.len }));
-            }
+        let pair_merge = |symbols: &[Symbol], next: &[u32], left: u32| -> Option<(u32, Merge)> {
+            let right = *next.get(left as usize)?;
+            let (l, r) = (symbols.get(left as usize)?, symbols.get(right as usize)?);
+            self.lookup(l.id, r.id).map(|m| (right, m))
         };
-        for i in 1..n {
-            push(queue, symbols, i - 1, i);
-        }
-        while let Some(Reverse(pair)) = queue.pop() {
-            let (l, r) = (pair.left as usize, pair.right as usize);
-            if symbols[l].len != pair.left_len || symbols[r].len != pair.right_len || symbols[r].len == 0 {
+        queue.extend((0..n).filter_map(|left| pair_merge(symbols, next, left).map(|(_, m)| queue_entry(m.rank, left))));
+        while let Some(Reverse(entry)) = queue.pop() {
+            let (rank, left) = ((entry >> 32) as u32, entry as u32);
+            if symbols[left as usize].len == 0 {
                 continue;
             }
-            // The pair is current, so its merge exists.
-            let Some(m) = self.lookup(symbols[l].id, symbols[r].id) else { continue };
+            let Some((right, merge)) = pair_merge(symbols, next, left).filter(|(_, m)| m.rank == rank) else {
+                continue;
+            };
+            let (l, r) = (left as usize, right as usize);
             symbols[l].len += symbols[r].len;
-            symbols[l].id = m.merged;
+            symbols[l].id = merge.merged;
             symbols[r].len = 0;
             let after = next[r];
             next[l] = after;
             if after != NONE_IDX {
-                prev[after as usize] = pair.left;
+                prev[after as usize] = left;
             }
-            push(queue, symbols, prev[l], pair.left);
-            push(queue, symbols, pair.left, after);
+            let before = prev[l];
+            if before != NONE_IDX
+                && let Some((_, m)) = pair_merge(symbols, next, before)
+            {
+                queue.push(queue_entry(m.rank, before));
+            }
+            if let Some((_, m)) = pair_merge(symbols, next, left) {
+                queue.push(queue_entry(m.rank, left));
+            }
         }
     }
 
