@@ -175,3 +175,16 @@ fn from_gguf_names_missing_or_mistyped_keys() {
     let err = Tokenizer::from_gguf(&file).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("tokenizer.ggml.model"), "{err}");
 }
+
+#[test]
+fn tokenizer_is_shareable_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+    assert_send_sync::<TokenizerError>();
+    let tok = toy();
+    let ids: Vec<Vec<u32>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4).map(|_| s.spawn(|| tok.encode("hi hi", false))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+    });
+    assert!(ids.iter().all(|v| v == &[3, 4]));
+}
