@@ -9,7 +9,8 @@
 //!   their bit unpacking.
 //! * `dequant`: the [`WeightBlock`] trait (one impl per storage type) and [`dequantize_row`].
 //! * `q8`: the [`ActBlock`] trait and the activation quantizers ([`quantize_row_q8_0`],
-//!   [`quantize_row_q8_1`], [`quantize_row_q8_k`], and ggml's `_ref` variants).
+//!   [`quantize_row_q8_1`], [`quantize_row_q8_k`] as llama.cpp's x86 build computes them, and
+//!   the `_ref` variants).
 //! * `act`: [`ActRow`], an activation row in the type a weight type is dotted with.
 //! * `dot`: the [`VecDot`] trait (scalar reference dot per weight type) and [`vec_dot_row`].
 //!
@@ -46,7 +47,7 @@ pub use dequant::{WeightBlock, blocks_of, dequantize_blocks, dequantize_row};
 pub use dot::{VecDot, vec_dot, vec_dot_row};
 pub use q8::{
     ActBlock, dequantize_act, quantize_row, quantize_row_q8_0, quantize_row_q8_0_ref,
-    quantize_row_q8_1, quantize_row_q8_1_ref, quantize_row_q8_k,
+    quantize_row_q8_1, quantize_row_q8_1_ref, quantize_row_q8_k, quantize_row_q8_k_ref,
 };
 pub use scalars::{Bf16Le, F16Le, F32Le};
 pub use types::{GgmlType, ggml_block_geometry, ggml_type_name};

@@ -11,7 +11,7 @@
 //! | --- | --- | --- |
 //! | Q8_0 | `quantize_row_q8_0` in `ggml-cpu/arch/x86/quants.c` (AVX path) | [`quantize_row_q8_0`] |
 //! | Q8_1 | `quantize_row_q8_1` in `ggml-cpu/arch/x86/quants.c` (AVX2 path) | [`quantize_row_q8_1`] |
-//! | Q8_K | `quantize_row_q8_K` (x86) = `quantize_row_q8_K_ref` in `ggml-quants.c` | [`quantize_row_q8_k`] |
+//! | Q8_K | `quantize_row_q8_K` (x86) = `quantize_row_q8_K_ref` in `ggml-quants.c`, as GCC compiles it | [`quantize_row_q8_k`] |
 //! | F16 | `ggml_cpu_fp32_to_fp16` (F16C, round to nearest even) | [`F16Le::from_f32`] |
 //! | BF16 | `ggml_cpu_fp32_to_bf16` = `ggml_compute_fp32_to_bf16` | [`Bf16Le::from_f32`] |
 //!
@@ -27,11 +27,22 @@
 //! Both store `d = amax / 127` as f16, and both compute Q8_1's `s` as `f16(d * Σ qs)` from the
 //! *integer* quants (x86 sums the int32 lanes before packing, ref the stored int8s; they only
 //! differ where packing saturates, i.e. for non-finite input). They are provided as
-//! [`quantize_row_q8_0_ref`] and [`quantize_row_q8_1_ref`]. Q8_K has a single ggml definition.
+//! [`quantize_row_q8_0_ref`] and [`quantize_row_q8_1_ref`].
 //!
-//! Non-finite input is mirrored too (NaN compares like x86 `maxps`, out-of-range converts to
-//! `i32::MIN` and saturates to -128), except that the ref functions saturate where C's
-//! float→int8 conversion is undefined.
+//! Q8_K has a single C definition, but its arithmetic depends on the compiler: ggml is built
+//! with `-std=gnu11` (CMake's `C_STANDARD 11` with extensions), under which GCC defaults to
+//! `-ffp-contract=fast`, and with `-march=native`, which brings FMA. GCC then fuses
+//! `nearest_int(iscale * x)`'s `iscale * x + 1.5*2^23` into one `vfmadd` (checked in the
+//! disassembly), which rounds the exact product instead of the f32 product.
+//! [`quantize_row_q8_k`] mirrors that build (the one the reference data came from);
+//! [`quantize_row_q8_k_ref`] the unfused reading of the source. The Q8_0/Q8_1 paths are
+//! intrinsics with no add to fuse, and the dequantizers are immune too (wherever they add, the
+//! product before it is exact in f32), so nothing else here depends on contraction.
+//!
+//! Degenerate input is mirrored too: NaN compares like x86 `maxps`; a value out of int32 range
+//! (from an `amax` so small that `127 / amax` overflows, or from inf/NaN) converts to
+//! `i32::MIN`, which the x86 path saturates to -128 and the ref path (where C leaves the
+//! float→int8 conversion undefined) truncates to 0 as GCC's x86 code does.
 
 use bytemuck::Pod;
 
@@ -99,8 +110,10 @@ fn ref_q8_block(x: &[f32]) -> (f32, [i8; 32]) {
     let amax = x[..QK32].iter().fold(0.0f32, |m, v| maxps(m, v.abs()));
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    // `roundf`: ties away from zero. C's float→int8 is undefined out of range; saturate.
-    (d, std::array::from_fn(|j| (x[j] * id).round() as i8))
+    // `roundf`: ties away from zero. C's float→int8_t conversion is undefined out of range;
+    // GCC's x86 code converts with `cvttps2dq` (out of range or NaN: i32::MIN) and keeps the
+    // low byte, which this mirrors.
+    (d, std::array::from_fn(|j| cvtps_epi32((x[j] * id).round()) as i8))
 }
 
 impl ActBlock for BlockQ8_0 {
@@ -152,45 +165,68 @@ impl ActBlock for BlockQ8_1 {
     }
 }
 
-/// ggml's `nearest_int`: round to nearest, ties to even, via the `1.5 * 2^23` magic number
-/// (valid for `|v| <= 4194303`, which the Q8_K scale guarantees for finite input).
+/// ggml's `nearest_int(v)`: `v + 1.5 * 2^23` rounds to an integer (ties to even) in the low
+/// mantissa bits (valid for `|v| <= 4194303`, which the Q8_K scale guarantees for finite input).
 #[inline]
-fn nearest_int(v: f32) -> i32 {
-    let bits = (v + 12_582_912.0).to_bits() as i32;
-    (bits & 0x007f_ffff) - 0x0040_0000
+fn magic_round(sum: f32) -> i32 {
+    (sum.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
+}
+
+/// How `nearest_int(iscale * x)` is evaluated.
+#[derive(Clone, Copy)]
+enum Q8kRounding {
+    /// As GCC compiles it in llama.cpp's build (`-std=gnu11`, hence `-ffp-contract=fast`, and
+    /// FMA from `-march=native`): the product and the magic-number add fuse into one FMA, so the
+    /// *exact* product is rounded to an integer.
+    Fused,
+    /// As the C source reads (clang, MSVC, non-FMA targets): the product is rounded to f32
+    /// first, then to an integer. Differs from `Fused` when that first rounding lands on or
+    /// across a half-integer.
+    Separate,
+}
+
+/// `quantize_row_q8_K_ref` on one block: the signed value of largest magnitude `max` (first
+/// one on ties) maps to -127 — note the sign: `iscale = -127 / max`, so a block whose extreme
+/// value is positive stores a *negative* `d = 1 / iscale` and negated quants. An all-zero
+/// block gets `d = 0`, zero quants and zero `bsums` (ggml leaves `bsums` untouched there, but
+/// they are only ever multiplied by `d = 0`).
+fn q8k_block(x: &[f32], rounding: Q8kRounding) -> BlockQ8K {
+    let x = &x[..QK_K];
+    let mut amax = 0.0f32;
+    let mut max = 0.0f32;
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    let mut y = BlockQ8K::default();
+    if amax == 0.0 {
+        return y;
+    }
+    let iscale = -127.0 / max;
+    for (q, &v) in y.qs.iter_mut().zip(x) {
+        let sum = match rounding {
+            Q8kRounding::Fused => iscale.mul_add(v, 12_582_912.0),
+            Q8kRounding::Separate => iscale * v + 12_582_912.0,
+        };
+        // `MIN(127, v)` stored to an int8_t: C's modulo conversion (only reachable for
+        // non-finite input).
+        *q = magic_round(sum).min(127) as i8;
+    }
+    for (s, q) in y.bsums.iter_mut().zip(y.qs.chunks_exact(16)) {
+        *s = q.iter().map(|&v| i16::from(v)).sum();
+    }
+    y.d = 1.0 / iscale;
+    y
 }
 
 impl ActBlock for BlockQ8K {
     const TYPE: GgmlType = GgmlType::Q8K;
 
-    /// `quantize_row_q8_K_ref`: the signed value of largest magnitude `max` (first one on ties)
-    /// maps to -127 — note the sign: `iscale = -127 / max`, so a block whose extreme value is
-    /// positive stores a *negative* `d = 1 / iscale` and negated quants. An all-zero block
-    /// gets `d = 0`, zero quants and zero `bsums` (ggml leaves `bsums` untouched there, but
-    /// they are only ever multiplied by `d = 0`).
+    /// llama.cpp's x86 Q8_K quantizer, see [`quantize_row_q8_k`].
     fn quantize(x: &[f32]) -> Self {
-        let x = &x[..QK_K];
-        let mut amax = 0.0f32;
-        let mut max = 0.0f32;
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
-        let mut y = BlockQ8K::default();
-        if amax == 0.0 {
-            return y;
-        }
-        let iscale = -127.0 / max;
-        for (q, &v) in y.qs.iter_mut().zip(x) {
-            *q = nearest_int(iscale * v).min(127) as i8;
-        }
-        for (s, q) in y.bsums.iter_mut().zip(y.qs.chunks_exact(16)) {
-            *s = q.iter().map(|&v| i16::from(v)).sum();
-        }
-        y.d = 1.0 / iscale;
-        y
+        q8k_block(x, Q8kRounding::Fused)
     }
 
     fn dequantize(&self, out: &mut [f32]) {
@@ -299,11 +335,25 @@ pub fn quantize_row_q8_1(x: &[f32], out: &mut [BlockQ8_1]) -> Result<(), QuantEr
     quantize_row(x, out)
 }
 
-/// Q8_K activations as ggml's `quantize_row_q8_K` makes them on x86, which is
-/// `quantize_row_q8_K_ref` itself (no separate SIMD version exists): see
-/// [`BlockQ8K`'s `ActBlock::quantize`](ActBlock::quantize).
+/// Q8_K activations as llama.cpp's x86 build makes them. ggml's x86 `quantize_row_q8_K` just
+/// calls `quantize_row_q8_K_ref` (there is no SIMD version), but GCC compiles that with
+/// `iscale * x + 1.5*2^23` fused into one FMA (see the module docs), so this rounds the exact
+/// product `iscale * x` to the nearest integer, ties to even. Per block: `max` = the value of
+/// largest magnitude, `iscale = -127 / max`, `qs = min(127, round(iscale * x))`,
+/// `d = 1 / iscale` (negative when `max > 0`), `bsums` = sums of 16 quants.
 pub fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), QuantError> {
     quantize_row(x, out)
+}
+
+/// `quantize_row_q8_K_ref` as its C source reads, without FMA contraction: the product is
+/// rounded to f32 before it is rounded to an integer. What a clang- or MSVC-built (or non-FMA)
+/// ggml computes; see [`quantize_row_q8_k`].
+pub fn quantize_row_q8_k_ref(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), QuantError> {
+    check_row::<BlockQ8K>(x, out.len())?;
+    for (o, x) in out.iter_mut().zip(x.chunks_exact(QK_K)) {
+        *o = q8k_block(x, Q8kRounding::Separate);
+    }
+    Ok(())
 }
 
 /// ggml's portable `quantize_row_q8_0_ref` (`ggml-quants.c`): `id = 1 / (amax / 127)` and
@@ -351,11 +401,13 @@ mod tests {
     }
 
     #[test]
-    fn nearest_int_is_ties_to_even() {
-        assert_eq!(nearest_int(0.5), 0);
-        assert_eq!(nearest_int(1.5), 2);
-        assert_eq!(nearest_int(-2.5), -2);
-        assert_eq!(nearest_int(-126.6), -127);
+    fn magic_round_is_ties_to_even() {
+        let r = |v: f32| magic_round(v + 12_582_912.0);
+        assert_eq!(r(0.5), 0);
+        assert_eq!(r(1.5), 2);
+        assert_eq!(r(-2.5), -2);
+        assert_eq!(r(-126.6), -127);
+        assert_eq!(magic_round(f32::NAN), 0);
     }
 
     #[test]
