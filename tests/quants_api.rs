@@ -30,7 +30,10 @@ fn weight_type_names_tensor_and_type_in_errors() {
             }
         );
         let msg = err.to_string();
-        assert!(msg.contains("blk.3.ffn_up.weight") && msg.contains(name), "{msg}");
+        assert!(
+            msg.contains("blk.3.ffn_up.weight") && msg.contains(name),
+            "{msg}"
+        );
     }
 }
 
@@ -39,11 +42,20 @@ fn dequantize_row_checks_lengths() {
     let mut out = vec![0.0f32; 64];
     assert_eq!(
         dequantize_row(GgmlType::Q4K, &[0u8; 144], &mut out),
-        Err(QuantError::RaggedRow { ty: GgmlType::Q4K, n: 64, block: 256 })
+        Err(QuantError::RaggedRow {
+            ty: GgmlType::Q4K,
+            n: 64,
+            block: 256
+        })
     );
     assert_eq!(
         dequantize_row(GgmlType::Q4_0, &[0u8; 35], &mut out),
-        Err(QuantError::BadLength { ty: GgmlType::Q4_0, n: 64, got: 35, expected: 36 })
+        Err(QuantError::BadLength {
+            ty: GgmlType::Q4_0,
+            n: 64,
+            got: 35,
+            expected: 36
+        })
     );
     assert_eq!(
         dequantize_row(GgmlType::Q8_1, &[0u8; 72], &mut out),
@@ -60,7 +72,10 @@ fn float_rows_dequantize_little_endian() {
     assert_eq!(out, [1.0, -2.0]);
     dequantize_row(GgmlType::BF16, &[0x80, 0x3f, 0x49, 0x40], &mut out).unwrap();
     assert_eq!(out, [1.0, 3.140625]);
-    let bytes: Vec<u8> = [0.1f32, -7.5].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let bytes: Vec<u8> = [0.1f32, -7.5]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     dequantize_row(GgmlType::F32, &bytes, &mut out).unwrap();
     assert_eq!(out, [0.1, -7.5]);
 }
@@ -69,16 +84,36 @@ fn float_rows_dequantize_little_endian() {
 fn activation_types_follow_ggml() {
     use GgmlType::*;
     for (w, a) in [
-        (F32, F32), (F16, F16), (BF16, BF16), (Q4_0, Q8_0), (Q5_0, Q8_0), (Q8_0, Q8_0),
-        (Q4_1, Q8_1), (Q5_1, Q8_1), (Q2K, Q8K), (Q3K, Q8K), (Q4K, Q8K), (Q5K, Q8K), (Q6K, Q8K),
+        (F32, F32),
+        (F16, F16),
+        (BF16, BF16),
+        (Q4_0, Q8_0),
+        (Q5_0, Q8_0),
+        (Q8_0, Q8_0),
+        (Q4_1, Q8_1),
+        (Q5_1, Q8_1),
+        (Q2K, Q8K),
+        (Q3K, Q8K),
+        (Q4K, Q8K),
+        (Q5K, Q8K),
+        (Q6K, Q8K),
     ] {
         assert_eq!(vec_dot_type(w), Ok(a), "{w}");
         let row = ActRow::for_weight(w, &[1.0; 256]).unwrap();
         assert_eq!((row.act_type(), row.len()), (a, 256));
     }
-    assert_eq!(vec_dot_type(Q8K), Err(QuantError::NotWeightType { ty: Q8K }));
-    assert_eq!(ActRow::quantize(Q4K, &[0.0; 256]), Err(QuantError::NotActType { ty: Q4K }));
-    assert!(matches!(ActRow::quantize(Q8K, &[0.0; 100]), Err(QuantError::RaggedRow { .. })));
+    assert_eq!(
+        vec_dot_type(Q8K),
+        Err(QuantError::NotWeightType { ty: Q8K })
+    );
+    assert_eq!(
+        ActRow::quantize(Q4K, &[0.0; 256]),
+        Err(QuantError::NotActType { ty: Q4K })
+    );
+    assert!(matches!(
+        ActRow::quantize(Q8K, &[0.0; 100]),
+        Err(QuantError::RaggedRow { .. })
+    ));
 }
 
 #[test]

@@ -83,25 +83,37 @@ fn f16_fields(ty: GgmlType) -> (usize, Option<usize>) {
 fn random_weights(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
     let put16 = |b: &mut [u8], v: f32| b.copy_from_slice(&F16Le::from_f32(v).0);
     match ty {
-        GgmlType::F32 => (0..n).flat_map(|_| (rng.normal() * 0.05).to_le_bytes()).collect(),
-        GgmlType::F16 => (0..n).flat_map(|_| F16Le::from_f32(rng.normal() * 0.05).0).collect(),
-        GgmlType::BF16 => (0..n).flat_map(|_| Bf16Le::from_f32(rng.normal() * 0.05).0).collect(),
+        GgmlType::F32 => (0..n)
+            .flat_map(|_| (rng.normal() * 0.05).to_le_bytes())
+            .collect(),
+        GgmlType::F16 => (0..n)
+            .flat_map(|_| F16Le::from_f32(rng.normal() * 0.05).0)
+            .collect(),
+        GgmlType::BF16 => (0..n)
+            .flat_map(|_| Bf16Le::from_f32(rng.normal() * 0.05).0)
+            .collect(),
         _ => {
             let ts = ty.type_size();
-            let mut bytes: Vec<u8> = (0..n / ty.block_size() * ts).map(|_| rng.next() as u8).collect();
+            let mut bytes: Vec<u8> = (0..n / ty.block_size() * ts)
+                .map(|_| rng.next() as u8)
+                .collect();
             let (d_at, m_at) = f16_fields(ty);
             let k_quant = ty.block_size() == 256;
             for b in bytes.chunks_mut(ts) {
                 let mut d = 0.002 + rng.uniform() * 0.02;
                 if ty == GgmlType::Q6K {
                     d *= 0.05; // int8 sub-scales
-                } else if !k_quant && m_at.is_none() && rng.next() % 2 == 0 {
+                } else if !k_quant && m_at.is_none() && rng.next().is_multiple_of(2) {
                     d = -d;
                 }
                 put16(&mut b[d_at..d_at + 2], d);
                 if let Some(m_at) = m_at {
                     // K-quants subtract dmin * m (dmin > 0); Q4_1/Q5_1 add a negative m.
-                    let m = if k_quant { 0.001 + rng.uniform() * 0.01 } else { -(0.01 + rng.uniform() * 0.2) };
+                    let m = if k_quant {
+                        0.001 + rng.uniform() * 0.01
+                    } else {
+                        -(0.01 + rng.uniform() * 0.2)
+                    };
                     put16(&mut b[m_at..m_at + 2], m);
                 }
             }
@@ -111,15 +123,31 @@ fn random_weights(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
 }
 
 fn random_activations(n: usize, scale: f32, rng: &mut Rng) -> Vec<f32> {
-    (0..n).map(|_| {
-        let v = rng.normal() * scale;
-        if rng.next() % 100 == 0 { v * 30.0 } else { v }
-    }).collect()
+    (0..n)
+        .map(|_| {
+            let v = rng.normal() * scale;
+            if rng.next().is_multiple_of(100) {
+                v * 30.0
+            } else {
+                v
+            }
+        })
+        .collect()
 }
 
 const WEIGHT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-    GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2K, GgmlType::Q3K, GgmlType::Q4K, GgmlType::Q5K,
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
     GgmlType::Q6K,
 ];
 
@@ -132,18 +160,31 @@ fn check(ty: GgmlType, w: &[u8], x: &[f32]) -> (f64, f64) {
     dequantize_row(ty, w, &mut wf).unwrap();
     let af = act.dequantize();
     let exact_q: f64 = wf.iter().zip(&af).map(|(&w, &a)| w as f64 * a as f64).sum();
-    let s: f64 = wf.iter().zip(&af).map(|(&w, &a)| (w as f64 * a as f64).abs()).sum();
+    let s: f64 = wf
+        .iter()
+        .zip(&af)
+        .map(|(&w, &a)| (w as f64 * a as f64).abs())
+        .sum();
     let exact_x: f64 = wf.iter().zip(x).map(|(&w, &x)| w as f64 * x as f64).sum();
     let e = act_error(act.act_type(), x);
     let act_budget: f64 = wf.iter().zip(&e).map(|(&w, &e)| w.abs() as f64 * e).sum();
 
     let budget1 = rel_budget(ty) * s;
     let err1 = (dot - exact_q).abs();
-    assert!(err1 <= budget1, "{ty}: vec_dot {dot} vs w·a {exact_q}: err {err1:e} > {budget1:e}");
+    assert!(
+        err1 <= budget1,
+        "{ty}: vec_dot {dot} vs w·a {exact_q}: err {err1:e} > {budget1:e}"
+    );
     let err2 = (dot - exact_x).abs();
     let budget2 = act_budget + budget1;
-    assert!(err2 <= budget2, "{ty}: vec_dot {dot} vs w·x {exact_x}: err {err2:e} > {budget2:e}");
-    (err1 / s.max(f64::MIN_POSITIVE), err2 / s.max(f64::MIN_POSITIVE))
+    assert!(
+        err2 <= budget2,
+        "{ty}: vec_dot {dot} vs w·x {exact_x}: err {err2:e} > {budget2:e}"
+    );
+    (
+        err1 / s.max(f64::MIN_POSITIVE),
+        err2 / s.max(f64::MIN_POSITIVE),
+    )
 }
 
 #[test]
@@ -170,15 +211,19 @@ fn random_rows_within_budget() {
 /// The real blocks of `tests/data/quant-blocks.jsonl` (32 per type), as one weight row per type.
 #[test]
 fn reference_blocks_within_budget() {
-    let text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/quant-blocks.jsonl"))
-            .unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/quant-blocks.jsonl"
+    ))
+    .unwrap();
     let mut rows: Vec<(GgmlType, Vec<u8>)> = Vec::new();
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let ty = weight_type("ref", v["ggml_type_id"].as_u64().unwrap() as u32).unwrap();
         let hex = v["block_bytes_hex"].as_str().unwrap();
-        let bytes = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap());
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap());
         match rows.iter_mut().find(|(t, _)| *t == ty) {
             Some((_, row)) => row.extend(bytes),
             None => rows.push((ty, bytes.collect())),
@@ -205,24 +250,40 @@ fn dispatcher_rejects_mismatches() {
     assert!(vec_dot_row(GgmlType::Q4K, &w, &q8k).is_ok());
     assert_eq!(
         vec_dot_row(GgmlType::Q4K, &w, &q8_0),
-        Err(QuantError::ActMismatch { weight: GgmlType::Q4K, expected: GgmlType::Q8K, got: GgmlType::Q8_0 })
+        Err(QuantError::ActMismatch {
+            weight: GgmlType::Q4K,
+            expected: GgmlType::Q8K,
+            got: GgmlType::Q8_0
+        })
     );
     assert_eq!(
         vec_dot_row(GgmlType::Q4K, &w[..143], &q8k),
-        Err(QuantError::BadLength { ty: GgmlType::Q4K, n: 256, got: 143, expected: 144 })
+        Err(QuantError::BadLength {
+            ty: GgmlType::Q4K,
+            n: 256,
+            got: 143,
+            expected: 144
+        })
     );
     assert_eq!(
         vec_dot_row(GgmlType::Q8K, &w, &q8k),
         Err(QuantError::NotWeightType { ty: GgmlType::Q8K })
     );
     // 256 Q8_0 activations against a Q4_0 row of 288 values' bytes.
-    assert!(matches!(vec_dot_row(GgmlType::Q4_0, &[0u8; 18 * 9], &q8_0), Err(QuantError::BadLength { .. })));
+    assert!(matches!(
+        vec_dot_row(GgmlType::Q4_0, &[0u8; 18 * 9], &q8_0),
+        Err(QuantError::BadLength { .. })
+    ));
     // Typed entry point checks lengths too.
     let blocks = [BlockQ4_0::default(); 2];
     let acts = [BlockQ8_0::default(); 3];
     assert_eq!(
         vec_dot(&blocks, &acts),
-        Err(QuantError::DotLength { ty: GgmlType::Q4_0, weights: 64, acts: 96 })
+        Err(QuantError::DotLength {
+            ty: GgmlType::Q4_0,
+            weights: 64,
+            acts: 96
+        })
     );
     assert_eq!(vec_dot(&blocks, &acts[..2]), Ok(0.0));
 }

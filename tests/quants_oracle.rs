@@ -12,7 +12,10 @@
 use minfer::quants::*;
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn f32s(s: &str) -> Vec<f32> {
@@ -39,7 +42,10 @@ fn field<'a>(v: &'a serde_json::Value, k: &str) -> &'a str {
 }
 
 fn q8k_blocks(bytes: &[u8]) -> Vec<BlockQ8K> {
-    bytes.chunks_exact(292).map(bytemuck::pod_read_unaligned).collect()
+    bytes
+        .chunks_exact(292)
+        .map(bytemuck::pod_read_unaligned)
+        .collect()
 }
 
 /// Q8_K blocks equal, except that for an all-zero input block ggml leaves stale `bsums` (the
@@ -61,26 +67,49 @@ fn activation_quantizers_match_ggml_bit_for_bit() {
         let x = f32s(field(r, "x"));
         let mut q0 = vec![BlockQ8_0::default(); x.len() / 32];
         quantize_row_q8_0(&x, &mut q0).unwrap();
-        assert_eq!(bytemuck::cast_slice::<_, u8>(&q0), hex(field(r, "q8_0_fast")), "q8_0 row {row}");
+        assert_eq!(
+            bytemuck::cast_slice::<_, u8>(&q0),
+            hex(field(r, "q8_0_fast")),
+            "q8_0 row {row}"
+        );
         quantize_row_q8_0_ref(&x, &mut q0).unwrap();
-        assert_eq!(bytemuck::cast_slice::<_, u8>(&q0), hex(field(r, "q8_0_ref_off")), "q8_0_ref row {row}");
+        assert_eq!(
+            bytemuck::cast_slice::<_, u8>(&q0),
+            hex(field(r, "q8_0_ref_off")),
+            "q8_0_ref row {row}"
+        );
 
         let mut q1 = vec![BlockQ8_1::default(); x.len() / 32];
         quantize_row_q8_1(&x, &mut q1).unwrap();
-        assert_eq!(bytemuck::cast_slice::<_, u8>(&q1), hex(field(r, "q8_1_fast")), "q8_1 row {row}");
+        assert_eq!(
+            bytemuck::cast_slice::<_, u8>(&q1),
+            hex(field(r, "q8_1_fast")),
+            "q8_1 row {row}"
+        );
         quantize_row_q8_1_ref(&x, &mut q1).unwrap();
-        assert_eq!(bytemuck::cast_slice::<_, u8>(&q1), hex(field(r, "q8_1_ref_off")), "q8_1_ref row {row}");
+        assert_eq!(
+            bytemuck::cast_slice::<_, u8>(&q1),
+            hex(field(r, "q8_1_ref_off")),
+            "q8_1_ref row {row}"
+        );
 
         let mut qk = vec![BlockQ8K::default(); x.len() / 256];
         quantize_row_q8_k(&x, &mut qk).unwrap();
         let ggml = q8k_blocks(&hex(field(r, "q8_k_fast")));
-        assert!(qk.iter().zip(&ggml).all(|(a, b)| same_q8k(a, b)), "q8_k row {row}");
+        assert!(
+            qk.iter().zip(&ggml).all(|(a, b)| same_q8k(a, b)),
+            "q8_k row {row}"
+        );
         quantize_row_q8_k_ref(&x, &mut qk).unwrap();
         let ggml = q8k_blocks(&hex(field(r, "q8_k_off")));
-        assert!(qk.iter().zip(&ggml).all(|(a, b)| same_q8k(a, b)), "q8_k_ref row {row}");
+        assert!(
+            qk.iter().zip(&ggml).all(|(a, b)| same_q8k(a, b)),
+            "q8_k_ref row {row}"
+        );
         checked += 1;
     }
-    println!("{checked} rows x 6 quantizers bit-exact against ggml");
+    let summary = format!("{checked} rows x 6 quantizers bit-exact against ggml's C\n");
+    std::io::Write::write_all(&mut std::io::stdout(), summary.as_bytes()).unwrap();
 }
 
 /// The x86 and ref quantizers really differ on the oracle's inputs (so the tests above tell
@@ -114,7 +143,10 @@ fn abs_dot(ty: GgmlType, w: &[u8], act: &ActRow) -> f64 {
     let a = act.dequantize();
     let mut wf = vec![0.0; a.len()];
     dequantize_row(ty, w, &mut wf).unwrap();
-    wf.iter().zip(&a).map(|(&w, &a)| (f64::from(w) * f64::from(a)).abs()).sum()
+    wf.iter()
+        .zip(&a)
+        .map(|(&w, &a)| (f64::from(w) * f64::from(a)).abs())
+        .sum()
 }
 
 #[test]
@@ -123,37 +155,63 @@ fn vec_dot_matches_ggml_generic_bit_for_bit() {
     let mut exact = 0;
     let mut deq = 0;
     for r in &rows {
-        let ty = GgmlType::ALL.into_iter().find(|t| t.name() == field(r, "type")).unwrap();
+        let ty = GgmlType::ALL
+            .into_iter()
+            .find(|t| t.name() == field(r, "type"))
+            .unwrap();
         let w = hex(field(r, "w"));
         let act = act_row(ty, &hex(field(r, "a")));
         let ours = vec_dot_row(ty, &w, &act).unwrap();
         let generic = f32s(field(r, "generic_off"))[0];
-        assert_eq!(ours.to_bits(), generic.to_bits(), "{ty} row {}: {ours} vs {generic}", r["row"]);
+        assert_eq!(
+            ours.to_bits(),
+            generic.to_bits(),
+            "{ty} row {}: {ours} vs {generic}",
+            r["row"]
+        );
         exact += 1;
         let simd = f32s(field(r, "simd_fast"))[0];
         let budget = SIMD_BUDGET * abs_dot(ty, &w, &act);
-        assert!(f64::from((ours - simd).abs()) <= budget, "{ty}: {ours} vs simd {simd}");
+        assert!(
+            f64::from((ours - simd).abs()) <= budget,
+            "{ty}: {ours} vs simd {simd}"
+        );
         if let Some(d) = r["dequant_off"].as_str() {
             let mut out = vec![0.0f32; act.len()];
             dequantize_row(ty, &w, &mut out).unwrap();
             let expected = f32s(d);
-            assert!(out.iter().zip(&expected).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty}");
+            assert!(
+                out.iter()
+                    .zip(&expected)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{ty}"
+            );
             deq += 1;
         }
     }
-    println!("{exact} dot products bit-exact against ggml's generic kernels, {deq} random rows dequantized bit-exact");
+    let summary = format!(
+        "{exact} dot products bit-exact against ggml's generic kernels, \
+         {deq} random rows dequantized bit-exact\n"
+    );
+    std::io::Write::write_all(&mut std::io::stdout(), summary.as_bytes()).unwrap();
     assert_eq!(exact, rows.len());
 }
 
 #[test]
 fn float_dots_within_budget_of_ggml_simd() {
     for r in lines("fdot") {
-        let ty = GgmlType::ALL.into_iter().find(|t| t.name() == field(&r, "type")).unwrap();
+        let ty = GgmlType::ALL
+            .into_iter()
+            .find(|t| t.name() == field(&r, "type"))
+            .unwrap();
         let w = hex(field(&r, "w"));
         let act = act_row(ty, &hex(field(&r, "a")));
         let ours = vec_dot_row(ty, &w, &act).unwrap();
         let simd = f32s(field(&r, "simd_fast"))[0];
         let budget = SIMD_BUDGET * abs_dot(ty, &w, &act);
-        assert!(f64::from((ours - simd).abs()) <= budget, "{ty}: {ours} vs simd {simd}");
+        assert!(
+            f64::from((ours - simd).abs()) <= budget,
+            "{ty}: {ours} vs simd {simd}"
+        );
     }
 }

@@ -143,7 +143,10 @@ fn q8_k_fused_rounding_differs_from_the_plain_source() {
     // half-integer so that the two roundings disagree.
     let exact = |v: f32| (iscale as f64 * v as f64).round_ties_even() as i8;
     let of_f32 = |v: f32| (iscale * v).round_ties_even() as i8;
-    let v = (1..3_000_000u32).map(|k| k as f32 * 1e-6).find(|&v| exact(v) != of_f32(v)).unwrap();
+    let v = (1..3_000_000u32)
+        .map(|k| k as f32 * 1e-6)
+        .find(|&v| exact(v) != of_f32(v))
+        .unwrap();
     x[1] = v;
     let fused = q8_k(&x)[0];
     let plain = q8_k_ref(&x)[0];
@@ -155,9 +158,21 @@ fn q8_k_fused_rounding_differs_from_the_plain_source() {
 #[test]
 fn all_zero_rows_quantize_to_zero() {
     let x = [0.0f32; 256];
-    assert!(q8_0(&x).iter().all(|b| b.d.to_f32() == 0.0 && b.qs == [0; 32]));
-    assert!(q8_0_ref(&x).iter().all(|b| b.d.to_f32() == 0.0 && b.qs == [0; 32]));
-    assert!(q8_1(&x).iter().all(|b| b.d.to_f32() == 0.0 && b.s.to_f32() == 0.0 && b.qs == [0; 32]));
+    assert!(
+        q8_0(&x)
+            .iter()
+            .all(|b| b.d.to_f32() == 0.0 && b.qs == [0; 32])
+    );
+    assert!(
+        q8_0_ref(&x)
+            .iter()
+            .all(|b| b.d.to_f32() == 0.0 && b.qs == [0; 32])
+    );
+    assert!(
+        q8_1(&x)
+            .iter()
+            .all(|b| b.d.to_f32() == 0.0 && b.s.to_f32() == 0.0 && b.qs == [0; 32])
+    );
     let k = q8_k(&x)[0];
     assert_eq!((k.d, k.qs, k.bsums), (0.0, [0; 256], [0; 16]));
     // -0.0 too: its magnitude is 0.
@@ -170,14 +185,26 @@ fn quantizers_reject_bad_lengths() {
     let mut b = vec![BlockQ8_0::default(); 2];
     assert_eq!(
         quantize_row_q8_0(&[0.0; 48], &mut b),
-        Err(QuantError::RaggedRow { ty: GgmlType::Q8_0, n: 48, block: 32 })
+        Err(QuantError::RaggedRow {
+            ty: GgmlType::Q8_0,
+            n: 48,
+            block: 32
+        })
     );
     assert_eq!(
         quantize_row_q8_0(&[0.0; 32], &mut b),
-        Err(QuantError::BlockCount { ty: GgmlType::Q8_0, n: 32, got: 2, expected: 1 })
+        Err(QuantError::BlockCount {
+            ty: GgmlType::Q8_0,
+            n: 32,
+            got: 2,
+            expected: 1
+        })
     );
     let mut k = vec![BlockQ8K::default(); 1];
-    assert!(matches!(quantize_row_q8_k(&[0.0; 128], &mut k), Err(QuantError::RaggedRow { .. })));
+    assert!(matches!(
+        quantize_row_q8_k(&[0.0; 128], &mut k),
+        Err(QuantError::RaggedRow { .. })
+    ));
 }
 
 /// xorshift32: a tiny deterministic generator for test data.
@@ -195,7 +222,11 @@ impl Rng {
     /// Roughly normal (Irwin–Hall of 4), with occasional ×20 outliers like LLM activations.
     fn activation(&mut self) -> f32 {
         let g = (0..4).map(|_| self.uniform()).sum::<f32>() - 2.0;
-        if self.next() % 64 == 0 { g * 20.0 } else { g }
+        if self.next().is_multiple_of(64) {
+            g * 20.0
+        } else {
+            g
+        }
     }
 }
 
@@ -212,7 +243,7 @@ impl Rng {
 fn round_trip_errors_stay_within_budget() {
     let mut rng = Rng(0x1234_5678);
     for trial in 0..200 {
-        let scale = 10f32.powi((trial % 9) as i32 - 4);
+        let scale = 10f32.powi(trial % 9 - 4);
         let x: Vec<f32> = (0..1024).map(|_| rng.activation() * scale).collect();
         let check32 = |d16: f32, qs: &[i8; 32], x: &[f32]| {
             let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -220,7 +251,10 @@ fn round_trip_errors_stay_within_budget() {
             let budget = 0.5 * d as f64 + 127.0 * (d - d16).abs() as f64 + 1e-6 * d as f64;
             for (&q, &x) in qs.iter().zip(x) {
                 let err = (x as f64 - q as f64 * d16 as f64).abs();
-                assert!(err <= budget, "err {err} > {budget} (x = {x}, q = {q}, d16 = {d16})");
+                assert!(
+                    err <= budget,
+                    "err {err} > {budget} (x = {x}, q = {q}, d16 = {d16})"
+                );
             }
         };
         for (b, x) in q8_0(&x).iter().zip(x.chunks(32)) {
@@ -241,7 +275,8 @@ fn round_trip_errors_stay_within_budget() {
                     continue;
                 }
                 let err = (b.s.to_f32() as f64 - d16 * sum).abs();
-                let budget = (d - d16).abs() * sum.abs() + 2f64.powi(-11) * d * sum.abs() + 2f64.powi(-25);
+                let budget =
+                    (d - d16).abs() * sum.abs() + 2f64.powi(-11) * d * sum.abs() + 2f64.powi(-25);
                 assert!(err <= budget, "s err {err} > {budget}");
             }
         }
@@ -268,6 +303,12 @@ fn activation_blocks_dequantize() {
     let b = q8_1(&x);
     let mut out = vec![0.0; 32];
     dequantize_act(&b, &mut out).unwrap();
-    assert_eq!(&out[..10], &[0.0, 2.0, 2.0, 0.0, -2.0, -2.0, 126.0, 127.0, 3.0, -4.0]);
-    assert!(matches!(dequantize_act(&b, &mut [0.0; 64]), Err(QuantError::BlockCount { .. })));
+    assert_eq!(
+        &out[..10],
+        &[0.0, 2.0, 2.0, 0.0, -2.0, -2.0, 126.0, 127.0, 3.0, -4.0]
+    );
+    assert!(matches!(
+        dequantize_act(&b, &mut [0.0; 64]),
+        Err(QuantError::BlockCount { .. })
+    ));
 }

@@ -14,7 +14,10 @@ struct RefBlock {
 }
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn load() -> Vec<RefBlock> {
@@ -34,7 +37,12 @@ fn load() -> Vec<RefBlock> {
                 .chunks_exact(4)
                 .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
                 .collect();
-            RefBlock { tensor, ty, bytes: hex(v["block_bytes_hex"].as_str().unwrap()), values }
+            RefBlock {
+                tensor,
+                ty,
+                bytes: hex(v["block_bytes_hex"].as_str().unwrap()),
+                values,
+            }
         })
         .collect()
 }
@@ -73,7 +81,10 @@ fn every_reference_block_is_bit_exact() {
     for (ty, (ok, n)) in &per_type {
         println!("{ty:>5}: {ok}/{n} bit-exact");
     }
-    println!("{exact}/{} reference blocks bit-exact", blocks.len());
+    // Written past libtest's capture (which only takes `print!`), so that a plain
+    // `cargo test --release` shows the count.
+    let summary = format!("{exact}/{} reference blocks bit-exact\n", blocks.len());
+    std::io::Write::write_all(&mut std::io::stdout(), summary.as_bytes()).unwrap();
     assert_eq!(exact, blocks.len());
 }
 
@@ -89,13 +100,19 @@ fn rows_dequantize_at_any_byte_offset() {
     for group in by_type.values() {
         let ty = group[0].ty;
         let row: Vec<u8> = group.iter().flat_map(|b| b.bytes.iter().copied()).collect();
-        let expected: Vec<u32> = group.iter().flat_map(|b| b.values.iter().copied()).collect();
+        let expected: Vec<u32> = group
+            .iter()
+            .flat_map(|b| b.values.iter().copied())
+            .collect();
         for off in 0..4 {
             let mut buf = vec![0xeeu8; off];
             buf.extend_from_slice(&row);
             let mut out = vec![0.0f32; expected.len()];
             dequantize_row(ty, &buf[off..], &mut out).unwrap();
-            assert!(out.iter().zip(&expected).all(|(o, &v)| o.to_bits() == v), "{ty} at +{off}");
+            assert!(
+                out.iter().zip(&expected).all(|(o, &v)| o.to_bits() == v),
+                "{ty} at +{off}"
+            );
         }
     }
 }

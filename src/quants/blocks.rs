@@ -263,7 +263,10 @@ impl BlockQ2K {
     pub fn quants(&self) -> [u8; QK_K] {
         let mut q = [0u8; QK_K];
         for h in 0..2 {
-            crumbs128(&self.qs[32 * h..32 * h + 32], &mut q[128 * h..128 * h + 128]);
+            crumbs128(
+                &self.qs[32 * h..32 * h + 32],
+                &mut q[128 * h..128 * h + 128],
+            );
         }
         q
     }
@@ -287,7 +290,10 @@ impl BlockQ3K {
     pub fn quants(&self) -> [i8; QK_K] {
         let mut low = [0u8; QK_K];
         for h in 0..2 {
-            crumbs128(&self.qs[32 * h..32 * h + 32], &mut low[128 * h..128 * h + 128]);
+            crumbs128(
+                &self.qs[32 * h..32 * h + 32],
+                &mut low[128 * h..128 * h + 128],
+            );
         }
         let mut q = [0i8; QK_K];
         for (i, v) in q.iter_mut().enumerate() {

@@ -35,7 +35,9 @@ const _: () = {
             assert!(std::mem::align_of::<$t>() == 1);
         )*};
     }
-    check!(F32Le, F16Le, Bf16Le, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0);
+    check!(
+        F32Le, F16Le, Bf16Le, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0
+    );
     check!(BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K);
 };
 
@@ -130,7 +132,11 @@ fn k_quant<const SUB: usize>(
     q: &[i32; QK_K],
     out: &mut [f32],
 ) {
-    for (s, (out, q)) in out[..QK_K].chunks_exact_mut(SUB).zip(q.chunks_exact(SUB)).enumerate() {
+    for (s, (out, q)) in out[..QK_K]
+        .chunks_exact_mut(SUB)
+        .zip(q.chunks_exact(SUB))
+        .enumerate()
+    {
         let dl = d * scales[s] as f32;
         match mins {
             Some((dmin, m)) => {
@@ -178,7 +184,13 @@ impl WeightBlock for BlockQ4K {
         let (sc, m) = self.scales_mins();
         let m = m.map(i32::from);
         let mins = Some((self.dmin.to_f32(), &m[..]));
-        k_quant::<32>(self.d.to_f32(), &sc.map(i32::from), mins, &widen(self.quants()), out);
+        k_quant::<32>(
+            self.d.to_f32(),
+            &sc.map(i32::from),
+            mins,
+            &widen(self.quants()),
+            out,
+        );
     }
 }
 
@@ -188,7 +200,13 @@ impl WeightBlock for BlockQ5K {
         let (sc, m) = self.scales_mins();
         let m = m.map(i32::from);
         let mins = Some((self.dmin.to_f32(), &m[..]));
-        k_quant::<32>(self.d.to_f32(), &sc.map(i32::from), mins, &widen(self.quants()), out);
+        k_quant::<32>(
+            self.d.to_f32(),
+            &sc.map(i32::from),
+            mins,
+            &widen(self.quants()),
+            out,
+        );
     }
 }
 
@@ -213,12 +231,17 @@ pub fn dequantize_blocks<B: WeightBlock>(blocks: &[B], out: &mut [f32]) {
 /// [`QuantError::BadLength`] when the byte count is not `n / block_size * type_size`.
 pub fn blocks_of<B: WeightBlock>(bytes: &[u8], n: usize) -> Result<&[B], QuantError> {
     let ty = B::TYPE;
-    if n % B::N != 0 {
+    if !n.is_multiple_of(B::N) {
         return Err(QuantError::RaggedRow { ty, n, block: B::N });
     }
     let expected = n / B::N * ty.type_size();
     if bytes.len() != expected {
-        return Err(QuantError::BadLength { ty, n, got: bytes.len(), expected });
+        return Err(QuantError::BadLength {
+            ty,
+            n,
+            got: bytes.len(),
+            expected,
+        });
     }
     // Alignment 1 and an exact length: the cast cannot fail, but stay panic-free anyway.
     bytemuck::try_cast_slice(bytes).map_err(|_| QuantError::BadLength {

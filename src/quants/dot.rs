@@ -31,7 +31,11 @@ pub trait VecDot: WeightBlock {
 pub fn vec_dot<W: VecDot>(w: &[W], a: &[W::Act]) -> Result<f32, QuantError> {
     let (weights, acts) = (w.len() * W::N, a.len() * W::Act::N);
     if weights != acts {
-        return Err(QuantError::DotLength { ty: W::TYPE, weights, acts });
+        return Err(QuantError::DotLength {
+            ty: W::TYPE,
+            weights,
+            acts,
+        });
     }
     Ok(W::vec_dot(w, a))
 }
@@ -68,7 +72,10 @@ fn float_dot<W: Copy, A: Copy>(
     wf: impl Fn(W) -> f32,
     af: impl Fn(A) -> f32,
 ) -> f32 {
-    let sum = w.iter().zip(a).fold(0.0f64, |s, (&w, &a)| s + f64::from(wf(w) * af(a)));
+    let sum = w
+        .iter()
+        .zip(a)
+        .fold(0.0f64, |s, (&w, &a)| s + f64::from(wf(w) * af(a)));
     sum as f32
 }
 
@@ -96,7 +103,10 @@ impl VecDot for Bf16Le {
 /// Exact integer dot of a 32-value block's quants with Q8 quants.
 #[inline]
 fn isum32<Q: Into<i32>>(q: [Q; 32], y: &[i8; 32]) -> i32 {
-    q.into_iter().zip(y).map(|(q, &y)| q.into() * i32::from(y)).sum()
+    q.into_iter()
+        .zip(y)
+        .map(|(q, &y)| q.into() * i32::from(y))
+        .sum()
 }
 
 /// Runs ggml's block loop of the 32-value formats: `sumf += term(block)` in f32.
@@ -109,7 +119,9 @@ impl VecDot for BlockQ4_0 {
     type Act = BlockQ8_0;
     fn vec_dot(w: &[Self], a: &[BlockQ8_0]) -> f32 {
         // sumi * d_x * d_y, left to right
-        block_sum(w, a, |x, y| isum32(x.quants(), &y.qs) as f32 * x.d.to_f32() * y.d.to_f32())
+        block_sum(w, a, |x, y| {
+            isum32(x.quants(), &y.qs) as f32 * x.d.to_f32() * y.d.to_f32()
+        })
     }
 }
 
@@ -126,7 +138,9 @@ impl VecDot for BlockQ4_1 {
 impl VecDot for BlockQ5_0 {
     type Act = BlockQ8_0;
     fn vec_dot(w: &[Self], a: &[BlockQ8_0]) -> f32 {
-        block_sum(w, a, |x, y| (x.d.to_f32() * y.d.to_f32()) * isum32(x.quants(), &y.qs) as f32)
+        block_sum(w, a, |x, y| {
+            (x.d.to_f32() * y.d.to_f32()) * isum32(x.quants(), &y.qs) as f32
+        })
     }
 }
 
@@ -143,7 +157,9 @@ impl VecDot for BlockQ5_1 {
 impl VecDot for BlockQ8_0 {
     type Act = BlockQ8_0;
     fn vec_dot(w: &[Self], a: &[BlockQ8_0]) -> f32 {
-        block_sum(w, a, |x, y| isum32(x.qs, &y.qs) as f32 * (x.d.to_f32() * y.d.to_f32()))
+        block_sum(w, a, |x, y| {
+            isum32(x.qs, &y.qs) as f32 * (x.d.to_f32() * y.d.to_f32())
+        })
     }
 }
 
@@ -151,15 +167,20 @@ impl VecDot for BlockQ2K {
     type Act = BlockQ8K;
     fn vec_dot(w: &[Self], a: &[BlockQ8K]) -> f32 {
         block_sum(w, a, |x, y| {
-            let summs: i32 = (0..16).map(|k| i32::from(y.bsums[k]) * i32::from(x.min(k))).sum();
+            let summs: i32 = (0..16)
+                .map(|k| i32::from(y.bsums[k]) * i32::from(x.min(k)))
+                .sum();
             let dall = y.d * x.d.to_f32();
             let dmin = y.d * x.dmin.to_f32();
             let q = x.quants();
             let isum: i32 = (0..16)
                 .map(|k| {
                     let r = 16 * k..16 * k + 16;
-                    let isuml: i32 =
-                        q[r.clone()].iter().zip(&y.qs[r]).map(|(&q, &y)| i32::from(q) * i32::from(y)).sum();
+                    let isuml: i32 = q[r.clone()]
+                        .iter()
+                        .zip(&y.qs[r])
+                        .map(|(&q, &y)| i32::from(q) * i32::from(y))
+                        .sum();
                     i32::from(x.scale(k)) * isuml
                 })
                 .sum();
@@ -220,7 +241,9 @@ fn k4_block<const N: usize>(
     q: &[u8; QK_K],
     y: &BlockQ8K,
 ) -> LaneBlock {
-    let sumi: i32 = (0..16).map(|j| i32::from(y.bsums[j]) * i32::from(m[j / 2])).sum();
+    let sumi: i32 = (0..16)
+        .map(|j| i32::from(y.bsums[j]) * i32::from(m[j / 2]))
+        .sum();
     LaneBlock {
         d: d.to_f32() * y.d,
         lanes: lanes8::<N, u8>(q, &y.qs, |s| i32::from(sc[s])),
@@ -245,14 +268,18 @@ impl VecDot for BlockQ3K {
 impl VecDot for BlockQ4K {
     type Act = BlockQ8K;
     fn vec_dot(w: &[Self], a: &[BlockQ8K]) -> f32 {
-        lane_sum(w, a, |x, y| k4_block::<32>(x.d, x.dmin, x.scales_mins(), &x.quants(), y))
+        lane_sum(w, a, |x, y| {
+            k4_block::<32>(x.d, x.dmin, x.scales_mins(), &x.quants(), y)
+        })
     }
 }
 
 impl VecDot for BlockQ5K {
     type Act = BlockQ8K;
     fn vec_dot(w: &[Self], a: &[BlockQ8K]) -> f32 {
-        lane_sum(w, a, |x, y| k4_block::<32>(x.d, x.dmin, x.scales_mins(), &x.quants(), y))
+        lane_sum(w, a, |x, y| {
+            k4_block::<32>(x.d, x.dmin, x.scales_mins(), &x.quants(), y)
+        })
     }
 }
 
@@ -279,7 +306,9 @@ mod tests {
                 assert_eq!(act_type_of::<$w>(), vec_dot_type(<$w as WeightBlock>::TYPE).unwrap());
             )*};
         }
-        check!(F32Le, F16Le, Bf16Le, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0);
+        check!(
+            F32Le, F16Le, Bf16Le, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0
+        );
         check!(BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K);
     }
 

@@ -78,9 +78,8 @@ fn maxps(a: f32, b: f32) -> f32 {
 /// only matters for NaN inputs): 8 lanes over 4 registers, then hi/lo halves, `movehl`,
 /// `movehdup`.
 fn x86_absmax32(x: &[f32]) -> f32 {
-    let lanes: [f32; 8] = std::array::from_fn(|k| {
-        (1..4).fold(x[k].abs(), |m, r| maxps(m, x[8 * r + k].abs()))
-    });
+    let lanes: [f32; 8] =
+        std::array::from_fn(|k| (1..4).fold(x[k].abs(), |m, r| maxps(m, x[8 * r + k].abs())));
     let m4: [f32; 4] = std::array::from_fn(|k| maxps(lanes[4 + k], lanes[k]));
     maxps(maxps(m4[0], m4[2]), maxps(m4[1], m4[3]))
 }
@@ -88,7 +87,11 @@ fn x86_absmax32(x: &[f32]) -> f32 {
 /// `_mm256_cvtps_epi32` of an already integral value: out of range or NaN gives `i32::MIN`.
 #[inline]
 fn cvtps_epi32(r: f32) -> i32 {
-    if r >= -2_147_483_648.0 && r < 2_147_483_648.0 { r as i32 } else { i32::MIN }
+    if (-2_147_483_648.0..2_147_483_648.0).contains(&r) {
+        r as i32
+    } else {
+        i32::MIN
+    }
 }
 
 /// ggml's x86 Q8 core: returns `(d, qs as int32 before packing)`.
@@ -96,7 +99,10 @@ fn x86_q8_block(x: &[f32]) -> (f32, [i32; 32]) {
     let amax = x86_absmax32(x);
     let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-    (d, std::array::from_fn(|j| cvtps_epi32((x[j] * id).round_ties_even())))
+    (
+        d,
+        std::array::from_fn(|j| cvtps_epi32((x[j] * id).round_ties_even())),
+    )
 }
 
 /// `packs_epi32` then `packs_epi16`: signed saturation to i8.
@@ -113,7 +119,10 @@ fn ref_q8_block(x: &[f32]) -> (f32, [i8; 32]) {
     // `roundf`: ties away from zero. C's float→int8_t conversion is undefined out of range;
     // GCC's x86 code converts with `cvttps2dq` (out of range or NaN: i32::MIN) and keeps the
     // low byte, which this mirrors.
-    (d, std::array::from_fn(|j| cvtps_epi32((x[j] * id).round()) as i8))
+    (
+        d,
+        std::array::from_fn(|j| cvtps_epi32((x[j] * id).round()) as i8),
+    )
 }
 
 impl ActBlock for BlockQ8_0 {
@@ -121,7 +130,10 @@ impl ActBlock for BlockQ8_0 {
 
     fn quantize(x: &[f32]) -> Self {
         let (d, q) = x86_q8_block(x);
-        BlockQ8_0 { d: F16Le::from_f32(d), qs: q.map(sat_i8) }
+        BlockQ8_0 {
+            d: F16Le::from_f32(d),
+            qs: q.map(sat_i8),
+        }
     }
 
     fn dequantize(&self, out: &mut [f32]) {
@@ -295,11 +307,16 @@ impl ActBlock for f32 {
 fn check_row<B: ActBlock>(x: &[f32], blocks: usize) -> Result<(), QuantError> {
     let ty = B::TYPE;
     let n = x.len();
-    if n % B::N != 0 {
+    if !n.is_multiple_of(B::N) {
         return Err(QuantError::RaggedRow { ty, n, block: B::N });
     }
     if n / B::N != blocks {
-        return Err(QuantError::BlockCount { ty, n, got: blocks, expected: n / B::N });
+        return Err(QuantError::BlockCount {
+            ty,
+            n,
+            got: blocks,
+            expected: n / B::N,
+        });
     }
     Ok(())
 }
@@ -363,7 +380,10 @@ pub fn quantize_row_q8_0_ref(x: &[f32], out: &mut [BlockQ8_0]) -> Result<(), Qua
     check_row::<BlockQ8_0>(x, out.len())?;
     for (o, x) in out.iter_mut().zip(x.chunks_exact(QK32)) {
         let (d, qs) = ref_q8_block(x);
-        *o = BlockQ8_0 { d: F16Le::from_f32(d), qs };
+        *o = BlockQ8_0 {
+            d: F16Le::from_f32(d),
+            qs,
+        };
     }
     Ok(())
 }
@@ -375,7 +395,11 @@ pub fn quantize_row_q8_1_ref(x: &[f32], out: &mut [BlockQ8_1]) -> Result<(), Qua
     for (o, x) in out.iter_mut().zip(x.chunks_exact(QK32)) {
         let (d, qs) = ref_q8_block(x);
         let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
-        *o = BlockQ8_1 { d: F16Le::from_f32(d), s: F16Le::from_f32(sum as f32 * d), qs };
+        *o = BlockQ8_1 {
+            d: F16Le::from_f32(d),
+            s: F16Le::from_f32(sum as f32 * d),
+            qs,
+        };
     }
     Ok(())
 }

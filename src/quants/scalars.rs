@@ -118,7 +118,10 @@ mod tests {
         // 1 + 2^-11 is halfway between 1 and the next f16: ties to even (1.0).
         assert_eq!(F16Le::from_f32(1.0 + 2f32.powi(-11)).to_bits(), 0x3c00);
         // 1 + 3*2^-11 is halfway between 1+2^-10 and 1+2^-9: ties to even (1+2^-9).
-        assert_eq!(F16Le::from_f32(1.0 + 3.0 * 2f32.powi(-11)).to_bits(), 0x3c02);
+        assert_eq!(
+            F16Le::from_f32(1.0 + 3.0 * 2f32.powi(-11)).to_bits(),
+            0x3c02
+        );
         assert_eq!(F16Le::from_f32(65520.0).to_bits(), 0x7c00);
     }
 
@@ -128,7 +131,10 @@ mod tests {
         // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even is 1.
         assert_eq!(Bf16Le::from_f32(1.0 + 2f32.powi(-8)).to_f32(), 1.0);
         // 1 + 3*2^-8 ties to 1 + 2^-6 (even).
-        assert_eq!(Bf16Le::from_f32(1.0 + 3.0 * 2f32.powi(-8)).to_f32(), 1.0 + 2f32.powi(-6));
+        assert_eq!(
+            Bf16Le::from_f32(1.0 + 3.0 * 2f32.powi(-8)).to_f32(),
+            1.0 + 2f32.powi(-6)
+        );
         let nan = Bf16Le::from_f32(f32::from_bits(0x7f80_0001));
         assert_eq!(u16::from_le_bytes(nan.0), 0x7fc0);
         assert_eq!(Bf16Le::from_f32(f32::MAX).to_f32(), f32::INFINITY);
