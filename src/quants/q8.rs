@@ -58,7 +58,8 @@ pub trait ActBlock: Pod + Default {
     /// Values per block.
     const N: usize = Self::TYPE.block_size();
 
-    /// Quantizes `x[..N]` into one block, as ggml's x86 CPU backend does.
+    /// Quantizes `x[..N]` into one block, as ggml's x86 CPU backend does. Panics if `x` holds
+    /// fewer than `N` values (the row functions check lengths and return errors instead).
     fn quantize(x: &[f32]) -> Self;
 
     /// Writes the block's `N` values to `out[..N]`.
@@ -77,11 +78,28 @@ fn maxps(a: f32, b: f32) -> f32 {
 /// `max |x[i]|` of a 32-value block, reduced in the exact lane order of ggml's AVX code (which
 /// only matters for NaN inputs): 8 lanes over 4 registers, then hi/lo halves, `movehl`,
 /// `movehdup`.
-fn x86_absmax32(x: &[f32]) -> f32 {
+fn x86_absmax32(x: &[f32; 32]) -> f32 {
     let lanes: [f32; 8] =
         std::array::from_fn(|k| (1..4).fold(x[k].abs(), |m, r| maxps(m, x[8 * r + k].abs())));
     let m4: [f32; 4] = std::array::from_fn(|k| maxps(lanes[4 + k], lanes[k]));
     maxps(maxps(m4[0], m4[2]), maxps(m4[1], m4[3]))
+}
+
+/// 1.5 * 2^23: adding it to an f32 of magnitude below 2^22 rounds to an integer, ties to even.
+const MAGIC: f32 = 12_582_912.0;
+/// 1.5 * 2^52: the same for f64 values of magnitude below 2^51.
+const MAGIC64: f64 = 6_755_399_441_055_744.0;
+
+/// Round to nearest, ties to even (`_mm256_round_ps(_, _MM_ROUND_NEAREST)`). Same result as
+/// `f32::round_ties_even` (up to the sign of a zero), without the libm call that baseline x86-64
+/// makes for it.
+#[inline]
+fn round_even(v: f32) -> f32 {
+    if v.abs() < 4_194_304.0 {
+        (v + MAGIC) - MAGIC
+    } else {
+        v.round_ties_even()
+    }
 }
 
 /// `_mm256_cvtps_epi32` of an already integral value: out of range or NaN gives `i32::MIN`.
@@ -94,15 +112,24 @@ fn cvtps_epi32(r: f32) -> i32 {
     }
 }
 
+/// The first 32 values of `x`, which the block quantizers' contract requires.
+#[inline]
+fn block32(x: &[f32]) -> &[f32; 32] {
+    match x.first_chunk() {
+        Some(b) => b,
+        None => panic!(
+            "a 32-value activation block needs 32 values, got {}",
+            x.len()
+        ),
+    }
+}
+
 /// ggml's x86 Q8 core: returns `(d, qs as int32 before packing)`.
-fn x86_q8_block(x: &[f32]) -> (f32, [i32; 32]) {
+fn x86_q8_block(x: &[f32; 32]) -> (f32, [i32; 32]) {
     let amax = x86_absmax32(x);
     let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-    (
-        d,
-        std::array::from_fn(|j| cvtps_epi32((x[j] * id).round_ties_even())),
-    )
+    (d, x.map(|v| cvtps_epi32(round_even(v * id))))
 }
 
 /// `packs_epi32` then `packs_epi16`: signed saturation to i8.
@@ -112,24 +139,21 @@ fn sat_i8(v: i32) -> i8 {
 }
 
 /// ggml's ref Q8 core (`quantize_row_q8_{0,1}_ref`): returns `(d, qs)`.
-fn ref_q8_block(x: &[f32]) -> (f32, [i8; 32]) {
-    let amax = x[..QK32].iter().fold(0.0f32, |m, v| maxps(m, v.abs()));
+fn ref_q8_block(x: &[f32; 32]) -> (f32, [i8; 32]) {
+    let amax = x.iter().fold(0.0f32, |m, v| maxps(m, v.abs()));
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     // `roundf`: ties away from zero. C's float→int8_t conversion is undefined out of range;
     // GCC's x86 code converts with `cvttps2dq` (out of range or NaN: i32::MIN) and keeps the
     // low byte, which this mirrors.
-    (
-        d,
-        std::array::from_fn(|j| cvtps_epi32((x[j] * id).round()) as i8),
-    )
+    (d, x.map(|v| cvtps_epi32((v * id).round()) as i8))
 }
 
 impl ActBlock for BlockQ8_0 {
     const TYPE: GgmlType = GgmlType::Q8_0;
 
     fn quantize(x: &[f32]) -> Self {
-        let (d, q) = x86_q8_block(x);
+        let (d, q) = x86_q8_block(block32(x));
         BlockQ8_0 {
             d: F16Le::from_f32(d),
             qs: q.map(sat_i8),
@@ -152,7 +176,7 @@ impl ActBlock for BlockQ8_1 {
     const TYPE: GgmlType = GgmlType::Q8_1;
 
     fn quantize(x: &[f32]) -> Self {
-        let (d, q) = x86_q8_block(x);
+        let (d, q) = x86_q8_block(block32(x));
         // `_mm256_add_epi32` + `hsum_i32_8`: wrapping int32 sum of the unpacked lanes.
         let sum = q.iter().fold(0i32, |s, &v| s.wrapping_add(v));
         BlockQ8_1 {
@@ -218,13 +242,24 @@ fn q8k_block(x: &[f32], rounding: Q8kRounding) -> BlockQ8K {
     }
     let iscale = -127.0 / max;
     for (q, &v) in y.qs.iter_mut().zip(x) {
-        let sum = match rounding {
-            Q8kRounding::Fused => iscale.mul_add(v, 12_582_912.0),
-            Q8kRounding::Separate => iscale * v + 12_582_912.0,
+        let r = match rounding {
+            Q8kRounding::Fused => {
+                // The FMA rounds the exact product to an integer, ties to even, whenever it
+                // stays in the magic range. The product is exact in f64 (24 + 24 bits), and the
+                // same magic trick one precision up rounds it once. Otherwise (non-finite input)
+                // compute the FMA itself (a libm call on baseline x86-64, hence not first).
+                let p = f64::from(iscale) * f64::from(v);
+                if p.abs() < 4_194_304.0 {
+                    ((p + MAGIC64) - MAGIC64) as i32
+                } else {
+                    magic_round(iscale.mul_add(v, MAGIC))
+                }
+            }
+            Q8kRounding::Separate => magic_round(iscale * v + MAGIC),
         };
         // `MIN(127, v)` stored to an int8_t: C's modulo conversion (only reachable for
         // non-finite input).
-        *q = magic_round(sum).min(127) as i8;
+        *q = r.min(127) as i8;
     }
     for (s, q) in y.bsums.iter_mut().zip(y.qs.chunks_exact(16)) {
         *s = q.iter().map(|&v| i16::from(v)).sum();
@@ -379,7 +414,7 @@ pub fn quantize_row_q8_k_ref(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), Quan
 pub fn quantize_row_q8_0_ref(x: &[f32], out: &mut [BlockQ8_0]) -> Result<(), QuantError> {
     check_row::<BlockQ8_0>(x, out.len())?;
     for (o, x) in out.iter_mut().zip(x.chunks_exact(QK32)) {
-        let (d, qs) = ref_q8_block(x);
+        let (d, qs) = ref_q8_block(block32(x));
         *o = BlockQ8_0 {
             d: F16Le::from_f32(d),
             qs,
@@ -393,7 +428,7 @@ pub fn quantize_row_q8_0_ref(x: &[f32], out: &mut [BlockQ8_0]) -> Result<(), Qua
 pub fn quantize_row_q8_1_ref(x: &[f32], out: &mut [BlockQ8_1]) -> Result<(), QuantError> {
     check_row::<BlockQ8_1>(x, out.len())?;
     for (o, x) in out.iter_mut().zip(x.chunks_exact(QK32)) {
-        let (d, qs) = ref_q8_block(x);
+        let (d, qs) = ref_q8_block(block32(x));
         let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
         *o = BlockQ8_1 {
             d: F16Le::from_f32(d),
@@ -426,7 +461,7 @@ mod tests {
 
     #[test]
     fn magic_round_is_ties_to_even() {
-        let r = |v: f32| magic_round(v + 12_582_912.0);
+        let r = |v: f32| magic_round(v + MAGIC);
         assert_eq!(r(0.5), 0);
         assert_eq!(r(1.5), 2);
         assert_eq!(r(-2.5), -2);
