@@ -178,35 +178,24 @@ impl WeightBlock for BlockQ3K {
     }
 }
 
+/// Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins.
+fn k4_dequant(d: F16Le, dmin: F16Le, (sc, m): ([u8; 8], [u8; 8]), q: [u8; QK_K], out: &mut [f32]) {
+    let m = m.map(i32::from);
+    let mins = Some((dmin.to_f32(), &m[..]));
+    k_quant::<32>(d.to_f32(), &sc.map(i32::from), mins, &widen(q), out);
+}
+
 impl WeightBlock for BlockQ4K {
     const TYPE: GgmlType = GgmlType::Q4K;
     fn dequantize(&self, out: &mut [f32]) {
-        let (sc, m) = self.scales_mins();
-        let m = m.map(i32::from);
-        let mins = Some((self.dmin.to_f32(), &m[..]));
-        k_quant::<32>(
-            self.d.to_f32(),
-            &sc.map(i32::from),
-            mins,
-            &widen(self.quants()),
-            out,
-        );
+        k4_dequant(self.d, self.dmin, self.scales_mins(), self.quants(), out);
     }
 }
 
 impl WeightBlock for BlockQ5K {
     const TYPE: GgmlType = GgmlType::Q5K;
     fn dequantize(&self, out: &mut [f32]) {
-        let (sc, m) = self.scales_mins();
-        let m = m.map(i32::from);
-        let mins = Some((self.dmin.to_f32(), &m[..]));
-        k_quant::<32>(
-            self.d.to_f32(),
-            &sc.map(i32::from),
-            mins,
-            &widen(self.quants()),
-            out,
-        );
+        k4_dequant(self.d, self.dmin, self.scales_mins(), self.quants(), out);
     }
 }
 

@@ -8,6 +8,12 @@
 //! (lane `l` takes values `i ≡ l mod 8`) added up after the last block. Float rows sum their f32
 //! products in f64, as ggml's scalar path does. ggml's x86 SIMD kernels sum in other orders, so
 //! they differ from these (and from each other) in the last bits.
+//!
+//! Checked bit for bit against ggml's generic kernels compiled with strict C semantics and
+//! without auto-vectorization (`tests/quants_oracle.rs`): GCC 12's AVX-512 vectorizer
+//! miscompiles `ggml_vec_dot_q5_0_q8_0_generic` at -O2/-O3 (harmless to llama.cpp, which never
+//! runs the generic kernels on x86), and GCC's default FMA contraction changes the last bits of
+//! the others.
 
 use super::act::ActRow;
 use super::blocks::*;
@@ -125,13 +131,20 @@ impl VecDot for BlockQ4_0 {
     }
 }
 
+/// Q4_1 / Q5_1 · Q8_1, given a block's `(d, m, quants)`: `(d_x * d_y) * sumi + m_x * s_y` per
+/// block — the min meets the activations through Q8_1's precomputed `s`.
+fn affine_dot<W>(w: &[W], a: &[BlockQ8_1], parts: impl Fn(&W) -> (F16Le, F16Le, [u8; 32])) -> f32 {
+    block_sum(w, a, |x, y| {
+        let (d, m, q) = parts(x);
+        let sumi = isum32(q, &y.qs) as f32;
+        (d.to_f32() * y.d.to_f32()) * sumi + m.to_f32() * y.s.to_f32()
+    })
+}
+
 impl VecDot for BlockQ4_1 {
     type Act = BlockQ8_1;
     fn vec_dot(w: &[Self], a: &[BlockQ8_1]) -> f32 {
-        block_sum(w, a, |x, y| {
-            let sumi = isum32(x.quants(), &y.qs) as f32;
-            (x.d.to_f32() * y.d.to_f32()) * sumi + x.m.to_f32() * y.s.to_f32()
-        })
+        affine_dot(w, a, |x| (x.d, x.m, x.quants()))
     }
 }
 
@@ -147,10 +160,7 @@ impl VecDot for BlockQ5_0 {
 impl VecDot for BlockQ5_1 {
     type Act = BlockQ8_1;
     fn vec_dot(w: &[Self], a: &[BlockQ8_1]) -> f32 {
-        block_sum(w, a, |x, y| {
-            let sumi = isum32(x.quants(), &y.qs) as f32;
-            (x.d.to_f32() * y.d.to_f32()) * sumi + x.m.to_f32() * y.s.to_f32()
-        })
+        affine_dot(w, a, |x| (x.d, x.m, x.quants()))
     }
 }
 

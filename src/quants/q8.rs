@@ -382,7 +382,8 @@ pub fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0]) -> Result<(), QuantEr
 
 /// Q8_1 activations as ggml's x86 `quantize_row_q8_1` makes them (AVX2 path): the quants of
 /// [`quantize_row_q8_0`], plus `s = f16(d * Σ qs)` with `d` the f32 `amax / 127` (before f16
-/// rounding) and the sum over the integer quants.
+/// rounding) and the sum over the integer quants. As in ggml, `s` overflows to infinity once
+/// `|d * Σ qs|` passes the f16 range (65504), i.e. for blocks summing to more than ~65k.
 pub fn quantize_row_q8_1(x: &[f32], out: &mut [BlockQ8_1]) -> Result<(), QuantError> {
     quantize_row(x, out)
 }
