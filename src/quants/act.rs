@@ -49,7 +49,7 @@ fn quantized<B: ActBlock>(x: &[f32]) -> Result<Vec<B>, QuantError> {
 
 impl ActRow {
     /// Converts `x` to activation type `act` with ggml's x86 CPU conversion for that type
-    /// (see [`q8`](super::q8) for which function each one mirrors).
+    /// (see [`q8`](super::q8) for which ggml function each one mirrors).
     ///
     /// Errors: [`QuantError::RaggedRow`] if `x.len()` is not a multiple of `act`'s block size,
     /// [`QuantError::NotActType`] if `act` is not an activation type.

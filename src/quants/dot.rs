@@ -51,7 +51,7 @@ pub fn vec_dot<W: VecDot>(w: &[W], a: &[W::Act]) -> Result<f32, QuantError> {
 /// activation type ([`ActRow::for_weight`]). The row length is the activation's.
 ///
 /// Errors: [`QuantError::NotWeightType`] for Q8_1 / Q8_K weights, [`QuantError::ActMismatch`]
-/// when `act` holds another type than [`vec_dot_type`]`(ty)`, [`QuantError::RaggedRow`] /
+/// when `act` holds another type than [`vec_dot_type`](super::vec_dot_type)`(ty)`, [`QuantError::RaggedRow`] /
 /// [`QuantError::BadLength`] when `w` is not exactly `act.len()` values of `ty`.
 pub fn vec_dot_row(ty: GgmlType, w: &[u8], act: &ActRow) -> Result<f32, QuantError> {
     crate::with_weight_block!(ty, B => {

@@ -7,12 +7,14 @@
 //! * `scalars`: [`F16Le`], [`Bf16Le`], [`F32Le`], alignment-1 storage scalars.
 //! * `blocks`: the packed block structs ([`BlockQ4K`] …), size-checked at compile time, and
 //!   their bit unpacking.
-//! * `dequant`: the [`WeightBlock`] trait (one impl per storage type) and [`dequantize_row`].
-//! * `q8`: the [`ActBlock`] trait and the activation quantizers ([`quantize_row_q8_0`],
+//! * [`dequant`]: the [`WeightBlock`] trait (one impl per storage type) and [`dequantize_row`].
+//! * [`q8`]: the [`ActBlock`] trait and the activation quantizers ([`quantize_row_q8_0`],
 //!   [`quantize_row_q8_1`], [`quantize_row_q8_k`] as llama.cpp's x86 build computes them, and
-//!   the `_ref` variants).
+//!   the `_ref` variants); its docs list how x86 and ref differ.
 //! * `act`: [`ActRow`], an activation row in the type a weight type is dotted with.
-//! * `dot`: the [`VecDot`] trait (scalar reference dot per weight type) and [`vec_dot_row`].
+//! * [`dot`]: the [`VecDot`] trait (scalar reference dot per weight type) and [`vec_dot_row`].
+//!
+//! Everything is re-exported here; the public submodules exist for their documentation.
 //!
 //! # Using it
 //!
@@ -34,9 +36,9 @@
 
 mod act;
 mod blocks;
-mod dequant;
-mod dot;
-mod q8;
+pub mod dequant;
+pub mod dot;
+pub mod q8;
 mod scalars;
 mod types;
 
