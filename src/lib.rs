@@ -10,3 +10,4 @@ pub mod gguf;
 pub mod models;
 pub mod quants;
 pub mod tokenizer;
+pub mod vec_ops;

@@ -26,13 +26,6 @@ impl TensorInfo {
 
     /// The tensor's type as a weight type minfer computes with, or an error naming the tensor.
     pub fn weight_type(&self) -> Result<GgmlType, QuantError> {
-        match self.ty {
-            Some(t) if t.is_weight_type() => Ok(t),
-            _ => Err(QuantError::UnsupportedType {
-                tensor: self.name.clone(),
-                type_name: self.type_name().to_string(),
-                type_id: self.type_id,
-            }),
-        }
+        crate::quants::weight_type(&self.name, self.type_id)
     }
 }

@@ -27,15 +27,15 @@ pub enum GgmlType {
     BF16 = 30,
 }
 
-/// Every ggml type id that ggml itself defines (0..=41 minus the removed 4, 5, 31..=33 … kept
-/// as a table of names so that errors can name a type minfer does not implement).
+/// Every ggml type id that ggml itself defines (0..=42 minus the removed 4, 5, 31..=33 and
+/// 36..=38), kept as a table of names so that errors can name a type minfer does not implement.
 const GGML_NAMES: &[(u32, &str)] = &[
     (0, "F32"), (1, "F16"), (2, "Q4_0"), (3, "Q4_1"), (6, "Q5_0"), (7, "Q5_1"), (8, "Q8_0"),
     (9, "Q8_1"), (10, "Q2_K"), (11, "Q3_K"), (12, "Q4_K"), (13, "Q5_K"), (14, "Q6_K"),
     (15, "Q8_K"), (16, "IQ2_XXS"), (17, "IQ2_XS"), (18, "IQ3_XXS"), (19, "IQ1_S"),
     (20, "IQ4_NL"), (21, "IQ3_S"), (22, "IQ2_S"), (23, "IQ4_XS"), (24, "I8"), (25, "I16"),
     (26, "I32"), (27, "I64"), (28, "F64"), (29, "IQ1_M"), (30, "BF16"), (34, "TQ1_0"),
-    (35, "TQ2_0"), (39, "MXFP4"),
+    (35, "TQ2_0"), (39, "MXFP4"), (40, "NVFP4"), (41, "Q1_0"), (42, "Q2_0"),
 ];
 
 /// The name ggml gives a type id, if ggml defines that id at all.
@@ -49,7 +49,8 @@ pub fn ggml_type_name(id: u32) -> Option<&'static str> {
 const FOREIGN_GEOMETRY: &[(u32, u64, u64)] = &[
     (16, 256, 66), (17, 256, 74), (18, 256, 98), (19, 256, 50), (20, 32, 18), (21, 256, 110),
     (22, 256, 82), (23, 256, 136), (24, 1, 1), (25, 1, 2), (26, 1, 4), (27, 1, 8), (28, 1, 8),
-    (29, 256, 56), (34, 256, 54), (35, 256, 66), (39, 32, 17),
+    (29, 256, 56), (34, 256, 54), (35, 256, 66), (39, 32, 17), (40, 64, 36), (41, 128, 18),
+    (42, 64, 18),
 ];
 
 /// Geometry of any ggml-defined type id: (values per block, bytes per block).
@@ -71,12 +72,12 @@ impl GgmlType {
         GgmlType::ALL.iter().copied().find(|t| *t as u32 == id)
     }
 
-    pub fn id(self) -> u32 {
+    pub const fn id(self) -> u32 {
         self as u32
     }
 
     /// Values per block.
-    pub fn block_size(self) -> usize {
+    pub const fn block_size(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => 32,
@@ -87,7 +88,7 @@ impl GgmlType {
     }
 
     /// Bytes per block.
-    pub fn type_size(self) -> usize {
+    pub const fn type_size(self) -> usize {
         match self {
             GgmlType::F32 => 4,
             GgmlType::F16 | GgmlType::BF16 => 2,
@@ -113,7 +114,7 @@ impl GgmlType {
 
     /// Whether this is a weight storage type minfer dequantizes and multiplies with (Q8_1 and
     /// Q8_K exist only as activation formats).
-    pub fn is_weight_type(self) -> bool {
+    pub const fn is_weight_type(self) -> bool {
         !matches!(self, GgmlType::Q8_1 | GgmlType::Q8K)
     }
 }

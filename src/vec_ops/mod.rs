@@ -1,0 +1,5 @@
+//! CPU kernels.
+
+pub mod pool;
+
+pub use pool::{Pool, PoolError};

@@ -1,0 +1,314 @@
+//! Activation quantizers on hand-computed inputs, and round-trip error bounds on random rows.
+
+use minfer::quants::*;
+
+fn q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
+    let mut out = vec![BlockQ8_0::default(); x.len() / 32];
+    quantize_row_q8_0(x, &mut out).unwrap();
+    out
+}
+
+fn q8_0_ref(x: &[f32]) -> Vec<BlockQ8_0> {
+    let mut out = vec![BlockQ8_0::default(); x.len() / 32];
+    quantize_row_q8_0_ref(x, &mut out).unwrap();
+    out
+}
+
+fn q8_1(x: &[f32]) -> Vec<BlockQ8_1> {
+    let mut out = vec![BlockQ8_1::default(); x.len() / 32];
+    quantize_row_q8_1(x, &mut out).unwrap();
+    out
+}
+
+fn q8_1_ref(x: &[f32]) -> Vec<BlockQ8_1> {
+    let mut out = vec![BlockQ8_1::default(); x.len() / 32];
+    quantize_row_q8_1_ref(x, &mut out).unwrap();
+    out
+}
+
+fn q8_k(x: &[f32]) -> Vec<BlockQ8K> {
+    let mut out = vec![BlockQ8K::default(); x.len() / 256];
+    quantize_row_q8_k(x, &mut out).unwrap();
+    out
+}
+
+fn q8_k_ref(x: &[f32]) -> Vec<BlockQ8K> {
+    let mut out = vec![BlockQ8K::default(); x.len() / 256];
+    quantize_row_q8_k_ref(x, &mut out).unwrap();
+    out
+}
+
+/// A block whose largest magnitude is 127, so `d = 1` and both scales are exactly 1: the
+/// quants are the inputs rounded, and only the tie rule differs.
+fn halves_block() -> [f32; 32] {
+    let mut x = [0.0f32; 32];
+    x[..8].copy_from_slice(&[0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.0]);
+    x[8] = 3.25; // not a tie: 3 for both
+    x[9] = -3.75; // not a tie: -4 for both
+    x
+}
+
+#[test]
+fn q8_0_ties_go_to_even_on_x86_and_away_from_zero_in_ref() {
+    let x = halves_block();
+    let b = q8_0(&x)[0];
+    assert_eq!(b.d.to_f32(), 1.0);
+    assert_eq!(&b.qs[..10], &[0, 2, 2, 0, -2, -2, 126, 127, 3, -4]);
+    assert!(b.qs[10..].iter().all(|&q| q == 0));
+
+    let r = q8_0_ref(&x)[0];
+    assert_eq!(r.d.to_f32(), 1.0);
+    assert_eq!(&r.qs[..10], &[1, 2, 3, -1, -2, -3, 127, 127, 3, -4]);
+}
+
+/// x86 scales by `127 / amax`, ref by `1 / (amax / 127)`. For `amax = 2.75` these are the f32s
+/// 46.181819915771484 and 46.18181610107422, and `x = 1.375` (exactly `amax / 2`, so 63.5 in
+/// exact arithmetic) becomes 63.500004 → 64 on x86 but 63.499996 → 63 in ref. For
+/// `amax = 7.25`, `x = 3.625` goes the other way: 63.499996 → 63 on x86, 63.500004 → 64 in ref.
+#[test]
+fn q8_0_x86_and_ref_scales_differ_in_the_last_bit() {
+    assert_ne!(127.0f32 / 2.75, 1.0 / (2.75f32 / 127.0));
+    let mut x = [0.0f32; 64];
+    x[0] = 2.75;
+    x[1] = 1.375;
+    x[32] = 7.25;
+    x[33] = 3.625;
+    let b = q8_0(&x);
+    let r = q8_0_ref(&x);
+    assert_eq!((b[0].qs[0], b[0].qs[1]), (127, 64));
+    assert_eq!((r[0].qs[0], r[0].qs[1]), (127, 63));
+    assert_eq!((b[1].qs[0], b[1].qs[1]), (127, 63));
+    assert_eq!((r[1].qs[0], r[1].qs[1]), (127, 64));
+    // Both store the same scale: f16(2.75 / 127).
+    assert_eq!(b[0].d, r[0].d);
+    assert_eq!(b[0].d, F16Le::from_f32(2.75 / 127.0));
+}
+
+#[test]
+fn q8_1_sum_is_d_times_the_integer_quants() {
+    let x = halves_block();
+    // x86 quants: 0+2+2+0-2-2+126+127+3-4 = 252; s = f16(1.0 * 252)
+    let b = q8_1(&x)[0];
+    assert_eq!(b.d.to_f32(), 1.0);
+    assert_eq!(&b.qs[..10], &[0, 2, 2, 0, -2, -2, 126, 127, 3, -4]);
+    assert_eq!(b.s.to_f32(), 252.0);
+    // ref quants: 1+2+3-1-2-3+127+127+3-4 = 253
+    let r = q8_1_ref(&x)[0];
+    assert_eq!(r.s.to_f32(), 253.0);
+
+    // s uses the f32 d, not the f16-rounded one: amax = 1 gives d = 1/127 = 0.007874016 in
+    // f32, 0.007873535 in f16; all 32 values 1.0 quantize to 127, so s = f16(0.007874016 *
+    // 4064) = f16(32.0) = 32, whereas d16 * 4064 would be 31.998047.
+    let b = q8_1(&[1.0; 32])[0];
+    assert!(b.qs.iter().all(|&q| q == 127));
+    assert_eq!(b.d.to_f32(), F16Le::from_f32(1.0 / 127.0).to_f32());
+    assert_eq!(b.s.to_f32(), 32.0);
+}
+
+#[test]
+fn q8_k_maps_the_signed_extreme_to_minus_127() {
+    let mut x = [0.0f32; 256];
+    x[..8].copy_from_slice(&[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, -127.0]);
+    x[16] = 10.0;
+    x[17] = 10.25;
+    let b = q8_k(&x)[0];
+    // The first value of largest magnitude is +127: iscale = -127 / 127 = -1, d = 1 / -1.
+    assert_eq!(b.d, -1.0);
+    // Negated, ties to even: -0.5 → -0 → 0, -1.5 → -2, -2.5 → -2; -(-127) = 127.
+    assert_eq!(&b.qs[..8], &[-127, 0, -2, -2, 0, 2, 2, 127]);
+    assert_eq!(&b.qs[16..18], &[-10, -10]);
+    assert_eq!(b.bsums[0], -127 - 2 - 2 + 2 + 2 + 127);
+    assert_eq!(b.bsums[1], -20);
+    assert!(b.bsums[2..].iter().all(|&s| s == 0));
+
+    // A negative extreme gives a positive d and un-negated quants.
+    let mut y = [0.0f32; 256];
+    y[3] = -63.5;
+    y[4] = 31.75;
+    let b = q8_k(&y)[0];
+    assert_eq!(b.d, 1.0 / (127.0 / 63.5));
+    assert_eq!(b.d, 0.5);
+    assert_eq!(&b.qs[3..5], &[-127, 64]); // 31.75 * 2 = 63.5: tie to even → 64
+}
+
+/// Values where `iscale * x` rounded to f32 lands on a half-integer although the exact product
+/// does not: GCC's fused multiply-add (llama.cpp's build) rounds the exact product, the plain
+/// reading of the C source rounds the f32 product.
+#[test]
+fn q8_k_fused_rounding_differs_from_the_plain_source() {
+    let mut x = [0.0f32; 256];
+    x[0] = 3.0; // iscale = -127 / 3 = -42.333332
+    let iscale = -127.0f32 / 3.0;
+    // Search deterministically for a value whose f32 product rounds onto (or across) a
+    // half-integer so that the two roundings disagree.
+    let exact = |v: f32| (iscale as f64 * v as f64).round_ties_even() as i8;
+    let of_f32 = |v: f32| (iscale * v).round_ties_even() as i8;
+    let v = (1..3_000_000u32)
+        .map(|k| k as f32 * 1e-6)
+        .find(|&v| exact(v) != of_f32(v))
+        .unwrap();
+    x[1] = v;
+    let fused = q8_k(&x)[0];
+    let plain = q8_k_ref(&x)[0];
+    assert_eq!(fused.qs[1], exact(v), "x = {v}");
+    assert_eq!(plain.qs[1], of_f32(v), "x = {v}");
+    assert_eq!(fused.qs[0], -127);
+}
+
+#[test]
+fn all_zero_rows_quantize_to_zero() {
+    let x = [0.0f32; 256];
+    assert!(
+        q8_0(&x)
+            .iter()
+            .all(|b| b.d.to_f32() == 0.0 && b.qs == [0; 32])
+    );
+    assert!(
+        q8_0_ref(&x)
+            .iter()
+            .all(|b| b.d.to_f32() == 0.0 && b.qs == [0; 32])
+    );
+    assert!(
+        q8_1(&x)
+            .iter()
+            .all(|b| b.d.to_f32() == 0.0 && b.s.to_f32() == 0.0 && b.qs == [0; 32])
+    );
+    let k = q8_k(&x)[0];
+    assert_eq!((k.d, k.qs, k.bsums), (0.0, [0; 256], [0; 16]));
+    // -0.0 too: its magnitude is 0.
+    let k = q8_k(&[-0.0; 256])[0];
+    assert_eq!(k.d, 0.0);
+}
+
+#[test]
+fn quantizers_reject_bad_lengths() {
+    let mut b = vec![BlockQ8_0::default(); 2];
+    assert_eq!(
+        quantize_row_q8_0(&[0.0; 48], &mut b),
+        Err(QuantError::RaggedRow {
+            ty: GgmlType::Q8_0,
+            n: 48,
+            block: 32
+        })
+    );
+    assert_eq!(
+        quantize_row_q8_0(&[0.0; 32], &mut b),
+        Err(QuantError::BlockCount {
+            ty: GgmlType::Q8_0,
+            n: 32,
+            got: 2,
+            expected: 1
+        })
+    );
+    let mut k = vec![BlockQ8K::default(); 1];
+    assert!(matches!(
+        quantize_row_q8_k(&[0.0; 128], &mut k),
+        Err(QuantError::RaggedRow { .. })
+    ));
+}
+
+/// xorshift32: a tiny deterministic generator for test data.
+struct Rng(u32);
+impl Rng {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        self.0
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 8) as f32 / (1 << 24) as f32
+    }
+    /// Roughly normal (Irwin–Hall of 4), with occasional ×20 outliers like LLM activations.
+    fn activation(&mut self) -> f32 {
+        let g = (0..4).map(|_| self.uniform()).sum::<f32>() - 2.0;
+        if self.next().is_multiple_of(64) {
+            g * 20.0
+        } else {
+            g
+        }
+    }
+}
+
+/// Round trip on random rows. Budgets (per value, `amax` of its block, `d = amax / 127` in f32,
+/// `d16` = the stored f16 scale):
+/// * Q8_0 / Q8_1 (x86 and ref): `|x - q * d16| <= 0.5 * d + 127 * |d - d16| + 1e-6 * d` —
+///   rounding to the nearest quant, plus the f16 rounding of the stored scale (at most
+///   `127 * 2^-11 * d`), plus a few f32 ulps of the scale computation;
+/// * Q8_K: `|x - q * d| <= (0.5 + 1e-5) * |d|` — its scale is a full f32;
+/// * Q8_1's `s`: `|s - d16 * Σq| <= |d - d16| * |Σq| + 2^-11 * d * |Σq| + 2^-25` (the stored
+///   scale's rounding, then the f16 rounding of `s`, whose absolute floor is half the smallest
+///   f16 subnormal); when `|d * Σq|` exceeds the f16 range, `s` is infinite, as in ggml.
+#[test]
+fn round_trip_errors_stay_within_budget() {
+    let mut rng = Rng(0x1234_5678);
+    for trial in 0..200 {
+        let scale = 10f32.powi(trial % 9 - 4);
+        let x: Vec<f32> = (0..1024).map(|_| rng.activation() * scale).collect();
+        let check32 = |d16: f32, qs: &[i8; 32], x: &[f32]| {
+            let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let budget = 0.5 * d as f64 + 127.0 * (d - d16).abs() as f64 + 1e-6 * d as f64;
+            for (&q, &x) in qs.iter().zip(x) {
+                let err = (x as f64 - q as f64 * d16 as f64).abs();
+                assert!(
+                    err <= budget,
+                    "err {err} > {budget} (x = {x}, q = {q}, d16 = {d16})"
+                );
+            }
+        };
+        for (b, x) in q8_0(&x).iter().zip(x.chunks(32)) {
+            check32(b.d.to_f32(), &b.qs, x);
+        }
+        for (b, x) in q8_0_ref(&x).iter().zip(x.chunks(32)) {
+            check32(b.d.to_f32(), &b.qs, x);
+        }
+        for blocks in [q8_1(&x), q8_1_ref(&x)] {
+            for (b, x) in blocks.iter().zip(x.chunks(32)) {
+                check32(b.d.to_f32(), &b.qs, x);
+                let d = x.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+                let (d, d16) = (d as f64, b.d.to_f32() as f64);
+                let sum = b.qs.iter().map(|&q| q as i32).sum::<i32>() as f64;
+                if (d * sum).abs() >= 65520.0 {
+                    // beyond f16: ggml's `s` overflows to infinity too
+                    assert!(b.s.to_f32().is_infinite());
+                    continue;
+                }
+                let err = (b.s.to_f32() as f64 - d16 * sum).abs();
+                let budget =
+                    (d - d16).abs() * sum.abs() + 2f64.powi(-11) * d * sum.abs() + 2f64.powi(-25);
+                assert!(err <= budget, "s err {err} > {budget}");
+            }
+        }
+        for blocks in [q8_k(&x), q8_k_ref(&x)] {
+            for (b, x) in blocks.iter().zip(x.chunks(256)) {
+                let budget = (0.5 + 1e-5) * b.d.abs() as f64;
+                for (&q, &x) in b.qs.iter().zip(x) {
+                    let err = (x as f64 - q as f64 * b.d as f64).abs();
+                    assert!(err <= budget, "q8_k err {err} > {budget}");
+                }
+                for (k, s) in b.bsums.iter().enumerate() {
+                    let sum: i16 = b.qs[16 * k..16 * k + 16].iter().map(|&q| q as i16).sum();
+                    assert_eq!(*s, sum);
+                }
+            }
+        }
+    }
+}
+
+/// `dequantize_act` inverts the block layout: `x[i] = d * qs[i]`.
+#[test]
+fn activation_blocks_dequantize() {
+    let x = halves_block();
+    let b = q8_1(&x);
+    let mut out = vec![0.0; 32];
+    dequantize_act(&b, &mut out).unwrap();
+    assert_eq!(
+        &out[..10],
+        &[0.0, 2.0, 2.0, 0.0, -2.0, -2.0, 126.0, 127.0, 3.0, -4.0]
+    );
+    assert!(matches!(
+        dequantize_act(&b, &mut [0.0; 64]),
+        Err(QuantError::BlockCount { .. })
+    ));
+}
