@@ -137,6 +137,17 @@ impl GgufFile {
         self.int::<u32>(key, "u32")
     }
 
+    /// A token id key such as `tokenizer.ggml.bos_token_id`: absent or `-1` (llama.cpp's "no such
+    /// token") is `Ok(None)`. The reader already checked that every other value is in the vocabulary.
+    pub fn opt_token_id(&self, key: &str) -> Result<Option<u32>, GgufError> {
+        match self.int::<i64>(key, "token id")? {
+            None | Some(-1) => Ok(None),
+            Some(v) => u32::try_from(v)
+                .map(Some)
+                .map_err(|_| GgufError::OutOfRange { key: key.to_string(), value: v.to_string(), expected: "token id" }),
+        }
+    }
+
     pub fn get_u64(&self, key: &str) -> Result<u64, GgufError> {
         self.int::<u64>(key, "u64")?.ok_or_else(|| GgufError::MissingKey { key: key.to_string() })
     }

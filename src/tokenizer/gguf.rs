@@ -7,7 +7,7 @@ impl TokenizerData {
     /// The tokenizer metadata of `file`. Keys that llama.cpp treats as optional may be absent;
     /// present keys of the wrong type are errors.
     pub fn from_gguf(file: &GgufFile) -> Result<TokenizerData, TokenizerError> {
-        let id = |key: &str| file.opt_u32(&format!("tokenizer.ggml.{key}_token_id"));
+        let id = |key: &str| file.opt_token_id(&format!("tokenizer.ggml.{key}_token_id"));
         let token_types = match file.get("tokenizer.ggml.token_type") {
             Some(_) => file.get_i32_array("tokenizer.ggml.token_type")?,
             None => Vec::new(),
