@@ -21,7 +21,14 @@ for t in $targets; do
     corpus="fuzz/corpus/$t"
     mkdir -p "$corpus"
     if [ -d "fuzz/seeds/$t" ]; then cp -n fuzz/seeds/"$t"/* "$corpus"/ 2>/dev/null || true; fi
+    log="fuzz/artifacts/$t.log"
+    mkdir -p fuzz/artifacts
     echo "fuzz.sh: $t for ${secs}s"
-    cargo +nightly fuzz run "$t" "$corpus" -- -max_total_time="$secs" -rss_limit_mb=4096 2>&1 | tail -n 20
+    if ! cargo +nightly fuzz run "$t" "$corpus" -- -max_total_time="$secs" -rss_limit_mb=4096 >"$log" 2>&1; then
+        echo "fuzz.sh: $t FAILED; the end of $log:"
+        tail -n 60 "$log"
+        exit 1
+    fi
+    grep '^Done' "$log" | tail -n 1 || true
 done
 echo "fuzz.sh: all targets ran ${secs}s without a crash"

@@ -1,6 +1,6 @@
 //! The tokenizer loaded from a real GGUF file against llama.cpp's ids for the Qwen2.5 vocabulary
-//! (`tests/data/qwen2.5-0.5b.tokenizer.jsonl`, produced by llama.cpp; qwen3-tiny carries the
-//! same tokenizer). The model file must be present: a missing file fails, it never skips.
+//! (`tests/data/qwen2.5-0.5b.tokenizer.jsonl`, produced by llama.cpp from the 0.5B model file,
+//! which is the file loaded here; qwen3-tiny carries the same tokenizer). The model file must be present: a missing file fails, it never skips.
 
 mod common;
 
@@ -14,7 +14,7 @@ struct Case {
 }
 
 fn load_tokenizer() -> Tokenizer {
-    let path = common::model_path(common::QWEN3_TINY);
+    let path = common::model_path(common::QWEN2_05B);
     let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
     Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("cannot build the tokenizer of {}: {e}", path.display()))
 }
