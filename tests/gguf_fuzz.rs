@@ -85,12 +85,12 @@ fn interesting_u32() -> impl Strategy<Value = u32> {
 fn mutation() -> impl Strategy<Value = Mutation> {
     let pos = any::<usize>();
     prop_oneof![
-        (pos.clone(), any::<u8>()).prop_map(|(p, b)| Mutation::SetByte(p, b)),
-        (pos.clone(), 0u8..8).prop_map(|(p, b)| Mutation::FlipBit(p, b)),
-        (pos.clone(), interesting_u64()).prop_map(|(p, v)| Mutation::SetU64(p, v)),
-        (pos.clone(), interesting_u32()).prop_map(|(p, v)| Mutation::SetU32(p, v)),
-        pos.clone().prop_map(Mutation::Truncate),
-        (pos.clone(), prop::collection::vec(any::<u8>(), 1..16)).prop_map(|(p, b)| Mutation::Insert(p, b)),
+        (pos, any::<u8>()).prop_map(|(p, b)| Mutation::SetByte(p, b)),
+        (pos, 0u8..8).prop_map(|(p, b)| Mutation::FlipBit(p, b)),
+        (pos, interesting_u64()).prop_map(|(p, v)| Mutation::SetU64(p, v)),
+        (pos, interesting_u32()).prop_map(|(p, v)| Mutation::SetU32(p, v)),
+        pos.prop_map(Mutation::Truncate),
+        (pos, prop::collection::vec(any::<u8>(), 1..16)).prop_map(|(p, b)| Mutation::Insert(p, b)),
         (pos, 1usize..64).prop_map(|(p, n)| Mutation::Remove(p, n)),
     ]
 }

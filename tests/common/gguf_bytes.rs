@@ -110,7 +110,7 @@ impl GgufBytes {
             b.extend_from_slice(&t.type_id.to_le_bytes());
             b.extend_from_slice(&t.offset.to_le_bytes());
         }
-        while b.len() as u64 % self.alignment != 0 {
+        while !(b.len() as u64).is_multiple_of(self.alignment) {
             b.push(0);
         }
         b.extend_from_slice(&self.data);
@@ -127,7 +127,7 @@ pub fn valid() -> GgufBytes {
     }
     // Q8_0 block at offset 32: f16 scale 1.0 (0x3c00) then 32 int8 values 0..31
     data.extend_from_slice(&0x3c00u16.to_le_bytes());
-    data.extend((0..32u8).map(|i| i as u8));
+    data.extend(0..32u8);
     GgufBytes::default()
         .kv_str("general.architecture", "qwen2")
         .kv_u32("qwen2.block_count", 2)
