@@ -20,6 +20,9 @@
 //!    a step), `0.51 * amax_b / 127` for Q8_K (f32 scale), `2^-11 |x_i|` for F16, `2^-8 |x_i|`
 //!    for BF16, 0 for F32; `amax_b` is the largest `|x|` of the value's activation block.
 
+mod common;
+use common::rng::Rng;
+
 use minfer::quants::*;
 
 /// Relative budget (of `S = Σ|w_i a_i|`) of `vec_dot_row` against the f64 dot of the
@@ -51,21 +54,6 @@ fn act_error(act: GgmlType, x: &[f32]) -> Vec<f64> {
     }
 }
 
-struct Rng(u32);
-impl Rng {
-    fn next(&mut self) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 17;
-        self.0 ^= self.0 << 5;
-        self.0
-    }
-    fn uniform(&mut self) -> f32 {
-        (self.next() >> 8) as f32 / (1 << 24) as f32
-    }
-    fn normal(&mut self) -> f32 {
-        (0..4).map(|_| self.uniform()).sum::<f32>() - 2.0
-    }
-}
 
 /// Byte offsets of a block's f16 fields: (scale, min-or-offset).
 fn f16_fields(ty: GgmlType) -> (usize, Option<usize>) {

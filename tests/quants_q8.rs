@@ -1,5 +1,8 @@
 //! Activation quantizers on hand-computed inputs, and round-trip error bounds on random rows.
 
+mod common;
+use common::rng::Rng;
+
 use minfer::quants::*;
 
 fn q8_0(x: &[f32]) -> Vec<BlockQ8_0> {
@@ -207,28 +210,6 @@ fn quantizers_reject_bad_lengths() {
     ));
 }
 
-/// xorshift32: a tiny deterministic generator for test data.
-struct Rng(u32);
-impl Rng {
-    fn next(&mut self) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 17;
-        self.0 ^= self.0 << 5;
-        self.0
-    }
-    fn uniform(&mut self) -> f32 {
-        (self.next() >> 8) as f32 / (1 << 24) as f32
-    }
-    /// Roughly normal (Irwin–Hall of 4), with occasional ×20 outliers like LLM activations.
-    fn activation(&mut self) -> f32 {
-        let g = (0..4).map(|_| self.uniform()).sum::<f32>() - 2.0;
-        if self.next().is_multiple_of(64) {
-            g * 20.0
-        } else {
-            g
-        }
-    }
-}
 
 /// Round trip on random rows. Budgets (per value, `amax` of its block, `d = amax / 127` in f32,
 /// `d16` = the stored f16 scale):

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod gguf_bytes;
+pub mod rng;
 
 use std::path::PathBuf;
 
