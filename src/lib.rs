@@ -6,6 +6,7 @@
 
 pub mod chat;
 pub mod cli;
+pub mod generate;
 pub mod gguf;
 pub mod models;
 pub mod quants;
