@@ -43,7 +43,11 @@ fn topo_order_validates_chain() {
 #[test]
 fn topo_order_detects_cycle() {
     let g = ComputeGraph {
-        nodes: vec![raw_node(0, Op::Input, &[]), raw_node(1, Op::Add, &[0, 2]), raw_node(2, Op::Silu, &[1])],
+        nodes: vec![
+            raw_node(0, Op::Input, &[]),
+            raw_node(1, Op::Add, &[0, 2]),
+            raw_node(2, Op::Silu, &[1]),
+        ],
         inputs: vec![0],
         outputs: vec![2],
         uid: 0,
@@ -63,25 +67,39 @@ fn topo_order_detects_dangling_ids() {
         uid: 0,
     };
     match g.topo_order() {
-        Err(GraphError::DanglingSrc { node, src: 7, n_nodes: 2 }) => assert_eq!(node, "n1"),
+        Err(GraphError::DanglingSrc {
+            node,
+            src: 7,
+            n_nodes: 2,
+        }) => assert_eq!(node, "n1"),
         other => panic!("expected a dangling src, got {other:?}"),
     }
     let mut g = chain();
     g.outputs.push(99);
-    assert!(matches!(g.validate(), Err(GraphError::DanglingId { id: 99, .. })));
+    assert!(matches!(
+        g.validate(),
+        Err(GraphError::DanglingId { id: 99, .. })
+    ));
 }
 
 #[test]
 fn validate_rejects_a_source_built_after_its_consumer() {
     // Acyclic, so topo_order accepts it, but build-order execution would read node 2 early.
     let g = ComputeGraph {
-        nodes: vec![raw_node(0, Op::Input, &[]), raw_node(1, Op::Silu, &[2]), raw_node(2, Op::Silu, &[0])],
+        nodes: vec![
+            raw_node(0, Op::Input, &[]),
+            raw_node(1, Op::Silu, &[2]),
+            raw_node(2, Op::Silu, &[0]),
+        ],
         inputs: vec![0],
         outputs: vec![1],
         uid: 0,
     };
     assert_eq!(g.topo_order().unwrap(), vec![0, 2, 1]);
-    assert!(matches!(g.validate(), Err(GraphError::ForwardEdge { id: 1, src: 2, .. })));
+    assert!(matches!(
+        g.validate(),
+        Err(GraphError::ForwardEdge { id: 1, src: 2, .. })
+    ));
 }
 
 #[test]
@@ -90,30 +108,95 @@ fn op_partial_eq_compares_payloads() {
     assert_eq!(Op::RmsNorm { eps: 1e-6 }, Op::RmsNorm { eps: 1e-6 });
     assert_ne!(Op::KvcacheLoad { layer: 2 }, Op::KvcacheLoad { layer: 3 });
     assert_ne!(Op::KvcacheStore { layer: 2 }, Op::KvcacheLoad { layer: 2 });
-    assert_ne!(Op::RoPE { style: RopeStyle::Interleaved }, Op::RoPE { style: RopeStyle::NonInterleaved });
-    assert_ne!(Op::Attn { mode: AttnMode::Gqa }, Op::Attn { mode: AttnMode::Flash });
-    assert_ne!(Op::QkNorm { hd: 128, nh: 16, eps: 1e-6 }, Op::QkNorm { hd: 128, nh: 8, eps: 1e-6 });
+    assert_ne!(
+        Op::RoPE {
+            style: RopeStyle::Interleaved
+        },
+        Op::RoPE {
+            style: RopeStyle::NonInterleaved
+        }
+    );
+    assert_ne!(
+        Op::Attn {
+            mode: AttnMode::Gqa
+        },
+        Op::Attn {
+            mode: AttnMode::Flash
+        }
+    );
+    assert_ne!(
+        Op::QkNorm {
+            hd: 128,
+            nh: 16,
+            eps: 1e-6
+        },
+        Op::QkNorm {
+            hd: 128,
+            nh: 8,
+            eps: 1e-6
+        }
+    );
     assert_ne!(Op::Scale(0.5), Op::Scale(0.25));
 }
 
 #[test]
 fn op_groups_are_declared_once() {
     let all = [
-        Op::Input, Op::Add, Op::Mul, Op::Scale(1.0), Op::Silu, Op::Softmax { dim: 0 },
-        Op::RmsNorm { eps: 1e-6 }, Op::QkNorm { hd: 1, nh: 1, eps: 1e-6 },
-        Op::MatMul { transpose_b: false }, Op::GetRows, Op::RoPE { style: RopeStyle::NonInterleaved },
-        Op::Attn { mode: AttnMode::Gqa }, Op::KvcacheStore { layer: 0 }, Op::KvcacheLoad { layer: 0 },
-        Op::View { offset: 0, shape: [1; 4] }, Op::Reshape { shape: [1; 4] }, Op::Permute { dims: [0, 1, 2, 3] },
-        Op::SwiGLU, Op::BatchMatMul, Op::FusedQKV { layer: 0 }, Op::QkvBiasRopeStore { layer: 0 },
-        Op::FusedFFN, Op::FusedQkvNorm { layer: 0 },
+        Op::Input,
+        Op::Add,
+        Op::Mul,
+        Op::Scale(1.0),
+        Op::Silu,
+        Op::Softmax { dim: 0 },
+        Op::RmsNorm { eps: 1e-6 },
+        Op::QkNorm {
+            hd: 1,
+            nh: 1,
+            eps: 1e-6,
+        },
+        Op::MatMul { transpose_b: false },
+        Op::GetRows,
+        Op::RoPE {
+            style: RopeStyle::NonInterleaved,
+        },
+        Op::Attn {
+            mode: AttnMode::Gqa,
+        },
+        Op::KvcacheStore { layer: 0 },
+        Op::KvcacheLoad { layer: 0 },
+        Op::View {
+            offset: 0,
+            shape: [1; 4],
+        },
+        Op::Reshape { shape: [1; 4] },
+        Op::Permute { dims: [0, 1, 2, 3] },
+        Op::SwiGLU,
+        Op::BatchMatMul,
+        Op::FusedQKV { layer: 0 },
+        Op::QkvBiasRopeStore { layer: 0 },
+        Op::FusedFFN,
+        Op::FusedQkvNorm { layer: 0 },
     ];
-    let names = |f: fn(&Op) -> bool| all.iter().filter(|o| f(o)).map(Op::name).collect::<Vec<_>>();
+    let names = |f: fn(&Op) -> bool| {
+        all.iter()
+            .filter(|o| f(o))
+            .map(Op::name)
+            .collect::<Vec<_>>()
+    };
     assert_eq!(names(Op::in_place_safe), ["silu", "rope"]);
-    assert_eq!(names(Op::is_elementwise), ["add", "mul", "scale", "silu", "swiglu"]);
+    assert_eq!(
+        names(Op::is_elementwise),
+        ["add", "mul", "scale", "silu", "swiglu"]
+    );
     assert_eq!(names(Op::binds_kv_region), ["kv_store", "kv_load"]);
     assert_eq!(
         names(Op::has_side_effect),
-        ["kv_store", "fused_qkv", "qkv_bias_rope_store", "fused_qkv_norm"]
+        [
+            "kv_store",
+            "fused_qkv",
+            "qkv_bias_rope_store",
+            "fused_qkv_norm"
+        ]
     );
     assert_eq!(Op::FusedFFN.kind(), OpKind::DecodeFused);
     let mut unique: Vec<&str> = all.iter().map(Op::name).collect();
@@ -129,7 +212,11 @@ fn builder_creates_topo_sorted_graph() {
     g.validate().unwrap();
     for (i, n) in g.nodes.iter().enumerate() {
         assert_eq!(n.id, i);
-        assert!(n.src.iter().all(|&s| s < i), "{} reads a later node", n.name);
+        assert!(
+            n.src.iter().all(|&s| s < i),
+            "{} reads a later node",
+            n.name
+        );
         assert!(n.backend.is_none(), "the builder assigns no backend");
     }
     assert_eq!(g.inputs, vec![0, 1, 2]);
@@ -150,7 +237,9 @@ fn kv_nodes_carry_layer_only() {
         assert_eq!(kv.len(), 2 * shape.n_layer);
         for n in kv {
             let layer = n.op.kv_layer().unwrap();
-            assert!(matches!(n.op, Op::KvcacheStore { layer: l } | Op::KvcacheLoad { layer: l } if l == layer));
+            assert!(
+                matches!(n.op, Op::KvcacheStore { layer: l } | Op::KvcacheLoad { layer: l } if l == layer)
+            );
             assert_eq!(n.layer, Some(layer));
             // The region shape is [n_embd_kv, n_ctx], whatever the step's positions.
             assert_eq!(n.out_shape, [shape.n_embd_kv(), 16, 1, 1]);
@@ -169,10 +258,25 @@ fn node_names_carry_the_layer() {
     let g = Qwen2Shape::tiny().build(&params(5, 16)).unwrap();
     let has = |name: &str| g.nodes.iter().any(|n| n.name == name);
     for name in [
-        "token_embd", "attn_norm-0", "attn_q-0", "attn_k-1", "attn_q_rope-0", "attn_k_rope-1",
-        "kv_store-0", "kv_load-1", "attn-1", "attn_output-1", "ffn_inp-0", "ffn_norm-1",
-        "ffn_gate_silu-0", "mul-0", "ffn_down-1", "l_out-1", "attn_output_rows-1",
-        "output_norm", "output",
+        "token_embd",
+        "attn_norm-0",
+        "attn_q-0",
+        "attn_k-1",
+        "attn_q_rope-0",
+        "attn_k_rope-1",
+        "kv_store-0",
+        "kv_load-1",
+        "attn-1",
+        "attn_output-1",
+        "ffn_inp-0",
+        "ffn_norm-1",
+        "ffn_gate_silu-0",
+        "mul-0",
+        "ffn_down-1",
+        "l_out-1",
+        "attn_output_rows-1",
+        "output_norm",
+        "output",
     ] {
         assert!(has(name), "no node named {name}");
     }
@@ -191,18 +295,30 @@ fn qwen2_census_matches_the_walkthrough() {
     assert_eq!(prefill.outputs, vec![439]);
     let decode = shape.build(&params(1, 4096)).unwrap();
     assert_eq!(decode.nodes.len(), 437);
-    for (op, n) in [("mul_mat", 24 * 7 + 1), ("rope", 48), ("attn", 24), ("silu", 24), ("mul", 24), ("kv_store", 24)] {
+    for (op, n) in [
+        ("mul_mat", 24 * 7 + 1),
+        ("rope", 48),
+        ("attn", 24),
+        ("silu", 24),
+        ("mul", 24),
+        ("kv_store", 24),
+    ] {
         assert_eq!(count_op(&prefill, op), n, "{op}");
     }
-    assert_eq!(count_op(&prefill, "get_rows"), 3, "embedding + two tail gathers");
+    assert_eq!(
+        count_op(&prefill, "get_rows"),
+        3,
+        "embedding + two tail gathers"
+    );
     assert_eq!(count_op(&decode, "get_rows"), 1);
     // Layer 0 is nodes 4..=21, exactly as the walkthrough numbers them.
     let l0: Vec<&str> = prefill.nodes[4..22].iter().map(|n| n.op.name()).collect();
     assert_eq!(
         l0,
         [
-            "rms_norm", "mul_mat", "mul_mat", "mul_mat", "rope", "rope", "kv_store", "kv_load", "attn",
-            "mul_mat", "add", "rms_norm", "mul_mat", "mul_mat", "silu", "mul", "mul_mat", "add",
+            "rms_norm", "mul_mat", "mul_mat", "mul_mat", "rope", "rope", "kv_store", "kv_load",
+            "attn", "mul_mat", "add", "rms_norm", "mul_mat", "mul_mat", "silu", "mul", "mul_mat",
+            "add",
         ]
     );
     assert_eq!(prefill.nodes[439].out_shape, [151936, 1, 1, 1]);
@@ -239,11 +355,21 @@ fn unsupported_weight_type_is_a_typed_build_error_naming_the_tensor() {
     let err = b.matmul(x, &w, None).unwrap_err();
     assert!(matches!(&err, GraphError::UnsupportedWeight { node, .. } if node == "ffn_up-0"));
     let msg = err.to_string();
-    assert!(msg.contains("blk.0.ffn_up.weight") && msg.contains("IQ2_XS"), "{msg}");
+    assert!(
+        msg.contains("blk.0.ffn_up.weight") && msg.contains("IQ2_XS"),
+        "{msg}"
+    );
     // Q8_K is an activation format, not a weight type.
     let w = tensor("blk.0.ffn_up.weight", &[256, 16], GgmlType::Q8K);
-    assert!(matches!(b.matmul(x, &w, None), Err(GraphError::UnsupportedWeight { .. })));
-    assert_eq!(b.graph().nodes.len(), 1, "failed constructors append nothing");
+    assert!(matches!(
+        b.matmul(x, &w, None),
+        Err(GraphError::UnsupportedWeight { .. })
+    ));
+    assert_eq!(
+        b.graph().nodes.len(),
+        1,
+        "failed constructors append nothing"
+    );
 }
 
 #[test]
@@ -254,15 +380,42 @@ fn shape_errors_are_typed() {
     let w = tensor("blk.0.attn_q.weight", &[4, 8], GgmlType::F32);
     assert!(matches!(
         b.matmul(x, &w, None),
-        Err(GraphError::DimMismatch { expected: 4, got: 8, .. })
+        Err(GraphError::DimMismatch {
+            expected: 4,
+            got: 8,
+            ..
+        })
     ));
     let w3 = tensor("blk.0.attn_q.weight", &[8, 8, 2], GgmlType::F32);
-    assert!(matches!(b.matmul(x, &w3, None), Err(GraphError::WeightRank { .. })));
-    assert!(matches!(b.add(x, y), Err(GraphError::ShapeMismatch { left: [8, 2, 1, 1], right: [4, 2, 1, 1], .. })));
-    assert!(matches!(b.silu(42), Err(GraphError::DanglingId { id: 42, .. })));
-    let meta = RoPEMeta { n_head: 3, head_dim: 2, n_rot: 2, freq_base: 1e4, freq_scale: 1.0, n_ctx_orig: 0 };
+    assert!(matches!(
+        b.matmul(x, &w3, None),
+        Err(GraphError::WeightRank { .. })
+    ));
+    assert!(matches!(
+        b.add(x, y),
+        Err(GraphError::ShapeMismatch {
+            left: [8, 2, 1, 1],
+            right: [4, 2, 1, 1],
+            ..
+        })
+    ));
+    assert!(matches!(
+        b.silu(42),
+        Err(GraphError::DanglingId { id: 42, .. })
+    ));
+    let meta = RoPEMeta {
+        n_head: 3,
+        head_dim: 2,
+        n_rot: 2,
+        freq_base: 1e4,
+        freq_scale: 1.0,
+        n_ctx_orig: 0,
+    };
     let pos = b.input("positions", [2, 1, 1, 1], DType::I32);
-    assert!(matches!(b.rope(x, pos, RopeStyle::NonInterleaved, meta), Err(GraphError::DimMismatch { .. })));
+    assert!(matches!(
+        b.rope(x, pos, RopeStyle::NonInterleaved, meta),
+        Err(GraphError::DimMismatch { .. })
+    ));
     assert!(matches!(b.output(99), Err(GraphError::DanglingId { .. })));
 }
 
@@ -274,13 +427,23 @@ fn attn_takes_its_shape_from_meta_and_its_layers_kv() {
     let qkv = b.input("qkv", [8 + 2 * 4, 1, 1, 1], DType::F32);
     let kv0 = b.kvcache_load(0, 4, 32);
     let kv1 = b.kvcache_load(1, 4, 32);
-    let meta = |layer| AttnMeta { layer, n_head: 2, n_head_kv: 1, head_dim: 4, scale: 0.5, n_ctx: 32 };
+    let meta = |layer| AttnMeta {
+        layer,
+        n_head: 2,
+        n_head_kv: 1,
+        head_dim: 4,
+        scale: 0.5,
+        n_ctx: 32,
+    };
     let a = b.attn(qkv, kv0, pos, AttnMode::Gqa, meta(0)).unwrap();
     assert_eq!(b.graph().nodes[a].out_shape, [8, 1, 1, 1]);
     assert_eq!(b.graph().nodes[a].src, vec![qkv, kv0, pos]);
     assert_eq!(b.graph().nodes[a].kv_layer(), Some(0));
     let err = b.attn(qkv, kv1, pos, AttnMode::Gqa, meta(0)).unwrap_err();
-    assert!(matches!(err, GraphError::AttnKvSource { layer: 0, .. }), "{err}");
+    assert!(
+        matches!(err, GraphError::AttnKvSource { layer: 0, .. }),
+        "{err}"
+    );
     let err = b.attn(qkv, qkv, pos, AttnMode::Gqa, meta(0)).unwrap_err();
     assert!(matches!(err, GraphError::AttnKvSource { .. }));
 }
@@ -290,7 +453,9 @@ fn custom_nodes_go_through_node_spec() {
     let mut b = GraphBuilder::new();
     let x = b.input("x", [4, 1, 1, 1], DType::F32);
     b.set_layer(Some(2));
-    let s = b.node(NodeSpec::new("scaled", Op::Scale(0.5), &[x], [4, 1, 1, 1])).unwrap();
+    let s = b
+        .node(NodeSpec::new("scaled", Op::Scale(0.5), &[x], [4, 1, 1, 1]))
+        .unwrap();
     assert_eq!(b.graph().nodes[s].name, "scaled-2");
     assert!(matches!(
         b.node(NodeSpec::new("bad", Op::Silu, &[5], [4, 1, 1, 1])),
@@ -301,7 +466,11 @@ fn custom_nodes_go_through_node_spec() {
 fn assigned_tiny() -> ComputeGraph {
     let mut g = Qwen2Shape::tiny().build(&params(5, 16)).unwrap();
     for n in &mut g.nodes {
-        n.backend = Some(if n.op.name() == "mul_mat" { Backend::CUDA } else { Backend::CPU });
+        n.backend = Some(if n.op.name() == "mul_mat" {
+            Backend::CUDA
+        } else {
+            Backend::CPU
+        });
     }
     g.nodes[3].backend = None;
     g
@@ -314,7 +483,10 @@ fn dot_export_round_trips_structurally() {
     assert!(dot.starts_with("digraph minfer {"));
     assert!(dot.trim_end().ends_with('}'));
     assert_eq!(dot.matches('{').count(), dot.matches('}').count());
-    let node_lines: Vec<&str> = dot.lines().filter(|l| l.trim_start().starts_with('n') && l.contains("[label=")).collect();
+    let node_lines: Vec<&str> = dot
+        .lines()
+        .filter(|l| l.trim_start().starts_with('n') && l.contains("[label="))
+        .collect();
     assert_eq!(node_lines.len(), g.nodes.len());
     let edges = dot.lines().filter(|l| l.contains(" -> ")).count();
     assert_eq!(edges, g.nodes.iter().map(|n| n.src.len()).sum::<usize>());
@@ -326,7 +498,11 @@ fn dot_export_round_trips_structurally() {
     assert!(!dot.contains("lightblue"), "no node is on Metal");
     // Every edge names declared nodes.
     for line in dot.lines().filter(|l| l.contains(" -> ")) {
-        let (a, b) = line.trim().trim_end_matches(';').split_once(" -> ").unwrap();
+        let (a, b) = line
+            .trim()
+            .trim_end_matches(';')
+            .split_once(" -> ")
+            .unwrap();
         for end in [a, b] {
             let id: usize = end.trim_start_matches('n').parse().unwrap();
             assert!(id < g.nodes.len());
@@ -350,7 +526,11 @@ fn json_export_round_trips() {
     let nodes = v["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), g.nodes.len());
     let ids = |x: &serde_json::Value| -> Vec<usize> {
-        x.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as usize).collect()
+        x.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap() as usize)
+            .collect()
     };
     assert_eq!(ids(&v["inputs"]), g.inputs);
     assert_eq!(ids(&v["outputs"]), g.outputs);

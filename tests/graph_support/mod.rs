@@ -6,9 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use minfer::gguf::TensorInfo;
 use minfer::graph::{
-    AttnMeta, AttnMode, Backend, BackendImpl, BufRef, CNode, CParams, ComputeGraph, DType,
-    FusedOp, GraphBuilder, GraphError, GraphParams, GraphType, KvPair, NodeId, Op, RoPEMeta,
-    RopeStyle,
+    AttnMeta, AttnMode, Backend, BackendImpl, BufRef, CNode, CParams, ComputeGraph, DType, FusedOp,
+    GraphBuilder, GraphError, GraphParams, GraphType, KvPair, NodeId, Op, RoPEMeta, RopeStyle,
 };
 use minfer::quants::GgmlType;
 
@@ -40,7 +39,13 @@ pub fn iquant_tensor(name: &str, dims: &[u64]) -> TensorInfo {
 }
 
 pub fn cparams(n_ctx: usize) -> CParams {
-    CParams { n_ctx, flash_attn: false, gpu: false, fuse_qkv: false, fuse_ffn: false }
+    CParams {
+        n_ctx,
+        flash_attn: false,
+        gpu: false,
+        fuse_qkv: false,
+        fuse_ffn: false,
+    }
 }
 
 /// Prefill (`n_out = 1`) or decode params.
@@ -82,7 +87,15 @@ impl Qwen2Shape {
 
     /// Two small layers.
     pub fn tiny() -> Qwen2Shape {
-        Qwen2Shape { n_layer: 2, n_embd: 8, n_head: 2, n_head_kv: 1, n_ff: 16, n_vocab: 10, eps: 1e-6 }
+        Qwen2Shape {
+            n_layer: 2,
+            n_embd: 8,
+            n_head: 2,
+            n_head_kv: 1,
+            n_ff: 16,
+            n_vocab: 10,
+            eps: 1e-6,
+        }
     }
 
     pub fn head_dim(&self) -> usize {
@@ -127,16 +140,46 @@ impl Qwen2Shape {
         let tail = (p.n_out < nt).then(|| b.input("tail_ids", [p.n_out, 1, 1, 1], DType::I32));
         let embd = tensor("token_embd.weight", &[ne as u64, self.n_vocab as u64], q8);
         let mut h = b.embedding(ids, &embd)?;
-        let mode = if p.cparams.flash_attn { AttnMode::Flash } else { AttnMode::Gqa };
+        let mode = if p.cparams.flash_attn {
+            AttnMode::Flash
+        } else {
+            AttnMode::Gqa
+        };
         for il in 0..self.n_layer {
             b.set_layer(Some(il));
             let residual = h;
-            let normed = b.rms_norm(h, Some(&self.w(il, "attn_norm", &[ne], GgmlType::F32)), self.eps)?;
-            let q = b.matmul(normed, &self.w(il, "attn_q", &[ne, ne], q8), Some(&self.b(il, "attn_q", ne)))?;
-            let k = b.matmul(normed, &self.w(il, "attn_k", &[ne, nkv], q8), Some(&self.b(il, "attn_k", nkv)))?;
-            let v = b.matmul(normed, &self.w(il, "attn_v", &[ne, nkv], q8), Some(&self.b(il, "attn_v", nkv)))?;
-            let q = b.rope(q, pos, RopeStyle::NonInterleaved, self.rope_meta(self.n_head))?;
-            let k = b.rope(k, pos, RopeStyle::NonInterleaved, self.rope_meta(self.n_head_kv))?;
+            let normed = b.rms_norm(
+                h,
+                Some(&self.w(il, "attn_norm", &[ne], GgmlType::F32)),
+                self.eps,
+            )?;
+            let q = b.matmul(
+                normed,
+                &self.w(il, "attn_q", &[ne, ne], q8),
+                Some(&self.b(il, "attn_q", ne)),
+            )?;
+            let k = b.matmul(
+                normed,
+                &self.w(il, "attn_k", &[ne, nkv], q8),
+                Some(&self.b(il, "attn_k", nkv)),
+            )?;
+            let v = b.matmul(
+                normed,
+                &self.w(il, "attn_v", &[ne, nkv], q8),
+                Some(&self.b(il, "attn_v", nkv)),
+            )?;
+            let q = b.rope(
+                q,
+                pos,
+                RopeStyle::NonInterleaved,
+                self.rope_meta(self.n_head),
+            )?;
+            let k = b.rope(
+                k,
+                pos,
+                RopeStyle::NonInterleaved,
+                self.rope_meta(self.n_head_kv),
+            )?;
             b.kvcache_store(il, k, v, pos, n_ctx)?;
             let kv = b.kvcache_load(il, nkv, n_ctx);
             let meta = AttnMeta {
@@ -159,7 +202,11 @@ impl Qwen2Shape {
             };
             b.rename(h, "ffn_inp")?;
             let residual = h;
-            let normed = b.rms_norm(h, Some(&self.w(il, "ffn_norm", &[ne], GgmlType::F32)), self.eps)?;
+            let normed = b.rms_norm(
+                h,
+                Some(&self.w(il, "ffn_norm", &[ne], GgmlType::F32)),
+                self.eps,
+            )?;
             let gate = b.matmul(normed, &self.w(il, "ffn_gate", &[ne, nf], q8), None)?;
             let up = b.matmul(normed, &self.w(il, "ffn_up", &[ne, nf], q8), None)?;
             let g = b.silu(gate)?;
@@ -202,7 +249,14 @@ pub struct MockBackend {
 
 impl MockBackend {
     pub fn new(handle: Backend, ops: OpFilter, fused: bool) -> MockBackend {
-        MockBackend { handle, ops, fused, buffers: Vec::new(), free: Vec::new(), log: Arc::default() }
+        MockBackend {
+            handle,
+            ops,
+            fused,
+            buffers: Vec::new(),
+            free: Vec::new(),
+            log: Arc::default(),
+        }
     }
 }
 
@@ -214,7 +268,11 @@ impl BackendImpl for MockBackend {
         self.fused
     }
     fn alloc_buffer(&mut self, len: usize) -> usize {
-        if let Some(pos) = self.free.iter().position(|&id| self.buffers[id].len() == len) {
+        if let Some(pos) = self
+            .free
+            .iter()
+            .position(|&id| self.buffers[id].len() == len)
+        {
             let id = self.free.swap_remove(pos);
             self.buffers[id].fill(0.0);
             return id;
@@ -255,7 +313,12 @@ impl BackendImpl for MockBackend {
         let f: fn(f32, f32) -> f32 = match node.op {
             Op::Add => |a, b| a + b,
             Op::Mul => |a, b| a * b,
-            _ => return Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() }),
+            _ => {
+                return Err(GraphError::NoKernel {
+                    node: node.name.clone(),
+                    op: node.op.clone(),
+                });
+            }
         };
         let out: Vec<f32> = self.buffers[in_bufs[0].id]
             .iter()
@@ -272,7 +335,10 @@ impl BackendImpl for MockBackend {
         self.buffers.get(id).map(Vec::as_slice)
     }
     fn write_host(&mut self, id: usize, data: &[f32]) -> Result<(), GraphError> {
-        let buf = self.buffers.get_mut(id).ok_or(GraphError::BadBufferId { backend: self.handle, id })?;
+        let buf = self.buffers.get_mut(id).ok_or(GraphError::BadBufferId {
+            backend: self.handle,
+            id,
+        })?;
         if buf.len() != data.len() {
             return Err(GraphError::HostLength {
                 backend: self.handle,
@@ -288,7 +354,12 @@ impl BackendImpl for MockBackend {
 
 /// Ids of the nodes with op `op`.
 pub fn ids_of(graph: &ComputeGraph, op: &Op) -> Vec<NodeId> {
-    graph.nodes.iter().filter(|n| n.op == *op).map(|n| n.id).collect()
+    graph
+        .nodes
+        .iter()
+        .filter(|n| n.op == *op)
+        .map(|n| n.id)
+        .collect()
 }
 
 /// Number of nodes whose op has the short name `name`.
