@@ -359,9 +359,11 @@ fn allocator_survives_rebuild() {
 }
 
 #[test]
-fn a_kv_region_of_another_size_is_refused() {
+fn a_kv_region_of_another_size_is_refused_and_the_failed_plan_is_dropped() {
     let mut cache = tiny_cache();
-    cache.prepare(&params(5, 16), &sched(), build_tiny).unwrap();
+    let p = params(5, 16);
+    cache.prepare(&p, &sched(), build_tiny).unwrap();
+    let pool = cache.alloc().pool(Backend::CPU).unwrap().pool_len();
     let err = cache
         .prepare(&params(5, 32), &sched(), build_tiny)
         .unwrap_err();
@@ -374,6 +376,29 @@ fn a_kv_region_of_another_size_is_refused() {
                 want: 128
             }
         ),
+        "{err}"
+    );
+    // The old graph's buffers were released for the failed plan: it must not be reused.
+    assert!(cache.graph().is_none() && !cache.try_reuse(&p));
+    assert!(matches!(
+        cache.prepare(&p, &sched(), build_tiny).unwrap(),
+        Prepared::Built { .. }
+    ));
+    assert_eq!(
+        cache.alloc().pool(Backend::CPU).unwrap().pool_len(),
+        pool,
+        "the failed plan returned its buffers"
+    );
+}
+
+#[test]
+fn executing_an_unplanned_graph_is_an_error_not_a_no_op() {
+    let (mut g, _, _) = g3_graph();
+    let mut alloc = GraphAllocator::cpu_only();
+    sched().assign_backends(&mut g, &alloc);
+    let err = sched().execute(&g, &mut alloc).unwrap_err();
+    assert!(
+        matches!(err, GraphError::NotPlanned { planned: 0, .. }),
         "{err}"
     );
 }

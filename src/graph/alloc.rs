@@ -47,6 +47,8 @@ struct KvRegion {
 /// persistent KV regions; holds one pool per enabled backend, in identity order.
 pub struct GraphAllocator {
     registry: BackendRegistry,
+    /// The registry's priority order, devices only (the CPU is the terminal, asked last).
+    device_priority: Vec<Backend>,
     fence: BackendFence,
     pools: Vec<Pool>,
     /// Current plan: the buffer of each node (`None`: dead, or not planned).
@@ -74,8 +76,15 @@ impl GraphAllocator {
     /// An allocator with a CPU pool; further backends join through
     /// [`enable_backend`](Self::enable_backend).
     pub fn new(registry: BackendRegistry, fence: BackendFence) -> GraphAllocator {
+        let device_priority = registry
+            .by_priority()
+            .into_iter()
+            .map(|e| e.handle)
+            .filter(|&b| b != Backend::CPU)
+            .collect();
         GraphAllocator {
             registry,
+            device_priority,
             fence,
             pools: vec![Pool {
                 backend: Backend::CPU,
@@ -147,12 +156,10 @@ impl GraphAllocator {
     pub fn supports_for(&self, op: &Op, dtype: DType) -> Option<Backend> {
         let claims = |b: Backend| self.pool(b).is_some_and(|p| p.supports_op(op, dtype));
         let device = self
-            .registry
-            .by_priority()
-            .into_iter()
-            .map(|e| e.handle)
-            .filter(|&b| b != Backend::CPU && self.fence.allows(b))
-            .find(|&b| claims(b));
+            .device_priority
+            .iter()
+            .copied()
+            .find(|&b| self.fence.allows(b) && claims(b));
         device.or_else(|| claims(Backend::CPU).then_some(Backend::CPU))
     }
 
@@ -176,83 +183,57 @@ impl GraphAllocator {
         self.node_to_buf.clear();
     }
 
-    /// Plans buffers for `graph` (see the module docs). Every live node must have a backend.
+    /// Plans buffers for `graph` (see the module docs). Every live node must have a backend
+    /// with a pool. On error nothing of the new plan stays allocated.
     pub fn alloc_graph(&mut self, graph: &ComputeGraph) -> Result<(), GraphError> {
         self.release();
         graph.validate()?;
-        let nodes = &graph.nodes;
-        let n = nodes.len();
-        let live = graph.live_mask();
-        for node in nodes.iter().filter(|x| live[x.id]) {
-            let backend = node.backend.ok_or_else(|| GraphError::Unassigned {
-                node: node.name.clone(),
-            })?;
+        let plan = Liveness::analyse(graph)?;
+        for backend in graph
+            .nodes
+            .iter()
+            .filter(|x| plan.live[x.id])
+            .filter_map(|x| x.backend)
+        {
             self.pool_mut(backend)?;
         }
+        // expiring[i]: buffers whose last reader runs before node i, returned before placing i.
+        let mut expiring: Vec<Vec<BufRef>> = vec![Vec::new(); graph.nodes.len()];
+        self.node_to_buf = vec![None; graph.nodes.len()];
+        let placed = self.place(graph, &plan, &mut expiring);
+        if placed.is_err() {
+            self.held.extend(expiring.into_iter().flatten());
+            self.release();
+        }
+        placed
+    }
 
-        // Pinned values are never freed: host-filled inputs and read-back outputs.
-        let mut pinned: Vec<bool> = nodes.iter().map(|x| x.is_input()).collect();
-        for &o in &graph.outputs {
-            pinned[o] = true;
-        }
-        // Last reader of each value, in build order (= execution order).
-        let mut last_use: Vec<usize> = (0..n).collect();
-        for node in nodes.iter().filter(|x| live[x.id]) {
-            for &s in &node.src {
-                last_use[s] = last_use[s].max(node.id);
-            }
-        }
-        // In-place aliasing: `root[i]` is the node whose buffer `i` writes.
-        let consumers = graph.consumer_counts(&live);
-        let mut root: Vec<NodeId> = (0..n).collect();
-        for node in nodes.iter().filter(|x| live[x.id] && x.op.in_place_safe()) {
-            if let Some(&s) = node.src.first()
-                && consumers[s] == 1
-                && !pinned[s]
-                && !nodes[s].op.binds_kv_region()
-                && nodes[s].backend == node.backend
-                && nodes[s].n_elements() == node.n_elements()
-            {
-                root[node.id] = root[s];
-            }
-        }
-        // A buffer lives until the last use of every node that writes it.
-        let mut expiry = vec![0usize; n];
-        for node in nodes.iter().filter(|x| live[x.id]) {
-            let e = if pinned[node.id] {
-                usize::MAX
-            } else {
-                last_use[node.id]
-            };
-            let r = root[node.id];
-            expiry[r] = expiry[r].max(e);
-        }
-
-        // Walk in build order: return expired buffers, then place node i.
-        let mut expiring: Vec<Vec<BufRef>> = vec![Vec::new(); n];
-        self.node_to_buf = vec![None; n];
-        for node in nodes {
+    /// The build-order walk: return expired buffers, then give node `i` its buffer.
+    fn place(
+        &mut self,
+        graph: &ComputeGraph,
+        plan: &Liveness,
+        expiring: &mut [Vec<BufRef>],
+    ) -> Result<(), GraphError> {
+        let n = graph.nodes.len();
+        for node in &graph.nodes {
             let i = node.id;
             for buf in std::mem::take(&mut expiring[i]) {
                 self.pool_mut(buf.backend)?.free_buffer(buf.id);
             }
-            let (true, Some(backend)) = (live[i], node.backend) else {
+            let (true, Some(backend)) = (plan.live[i], node.backend) else {
                 continue; // dead: no buffer, never executed
             };
             if node.op.binds_kv_region() {
-                let (layer, len) = match (&node.op, &node.meta) {
-                    (op, NodeMeta::Kvcache(m)) => {
-                        (op.kv_layer().unwrap_or(m.layer), m.region_len())
-                    }
-                    (op, _) => {
-                        return Err(GraphError::MissingMeta {
-                            node: node.name.clone(),
-                            op: op.clone(),
-                            expected: "kvcache",
-                        });
-                    }
+                let NodeMeta::Kvcache(meta) = &node.meta else {
+                    return Err(GraphError::MissingMeta {
+                        node: node.name.clone(),
+                        op: node.op.clone(),
+                        expected: "kvcache",
+                    });
                 };
-                let pair = self.ensure_kv(layer, backend, len)?;
+                let layer = node.op.kv_layer().unwrap_or(meta.layer);
+                let pair = self.ensure_kv(layer, backend, meta.region_len())?;
                 if pair.k.backend != backend {
                     return Err(GraphError::KvBackendMismatch {
                         node: node.name.clone(),
@@ -264,17 +245,19 @@ impl GraphAllocator {
                 self.node_to_buf[i] = Some(pair.k);
                 continue;
             }
-            if root[i] != i {
-                self.node_to_buf[i] = self.node_to_buf[root[i]];
+            let root = plan.root[i];
+            if root != i {
+                self.node_to_buf[i] = self.node_to_buf[root]; // in place over its source
                 continue;
             }
             // [n_elements] f32 from the pool's free list (exact length) or fresh.
+            let len = node.n_elements();
             let buf = BufRef {
                 backend,
-                id: self.pool_mut(backend)?.alloc_buffer(node.n_elements()),
+                id: self.pool_mut(backend)?.alloc_buffer(len),
             };
             self.node_to_buf[i] = Some(buf);
-            match expiry[i].checked_add(1).filter(|&at| at < n) {
+            match plan.expiry[i].checked_add(1).filter(|&at| at < n) {
                 Some(at) => expiring[at].push(buf),
                 None => self.held.push(buf),
             }
@@ -325,6 +308,18 @@ impl GraphAllocator {
     /// The persistent buffers (KV regions) in creation order.
     pub fn persistent(&self) -> &[PersistentBuf] {
         &self.persistent
+    }
+
+    /// Errors unless the current plan was made for a graph of `graph`'s size: executing an
+    /// unplanned graph would otherwise skip every node as dead.
+    pub fn check_plan(&self, graph: &ComputeGraph) -> Result<(), GraphError> {
+        match self.node_to_buf.len() == graph.nodes.len() {
+            true => Ok(()),
+            false => Err(GraphError::NotPlanned {
+                nodes: graph.nodes.len(),
+                planned: self.node_to_buf.len(),
+            }),
+        }
     }
 
     /// Node `id`'s buffer in the current plan (`None`: dead or unplanned).
@@ -463,5 +458,68 @@ impl GraphAllocator {
 impl KvProvider for GraphAllocator {
     fn kv_pair(&self, layer: usize) -> Option<KvPair> {
         self.kv.get(&layer).map(|r| r.pair)
+    }
+}
+
+/// The liveness plan of one graph, in build order.
+struct Liveness {
+    /// Does the node do work (see [`ComputeGraph::live_mask`])?
+    live: Vec<bool>,
+    /// The node whose buffer this node writes: itself, or the start of an in-place chain.
+    root: Vec<NodeId>,
+    /// For a root: the last build-order index at which its buffer is read (`usize::MAX`: never
+    /// freed — inputs and outputs).
+    expiry: Vec<usize>,
+}
+
+impl Liveness {
+    fn analyse(graph: &ComputeGraph) -> Result<Liveness, GraphError> {
+        let nodes = &graph.nodes;
+        let n = nodes.len();
+        let live = graph.live_mask();
+        if let Some(node) = nodes.iter().find(|x| live[x.id] && x.backend.is_none()) {
+            return Err(GraphError::Unassigned {
+                node: node.name.clone(),
+            });
+        }
+        // Pinned values are never freed: host-filled inputs and read-back outputs.
+        let mut pinned: Vec<bool> = nodes.iter().map(|x| x.is_input()).collect();
+        for &o in &graph.outputs {
+            pinned[o] = true;
+        }
+        // Last reader of each value, in build order (= execution order).
+        let mut last_use: Vec<usize> = (0..n).collect();
+        for node in nodes.iter().filter(|x| live[x.id]) {
+            for &s in &node.src {
+                last_use[s] = last_use[s].max(node.id);
+            }
+        }
+        // In-place aliasing: sole live consumer, same backend, same size, and the source is
+        // neither pinned nor a KV view.
+        let consumers = graph.consumer_counts(&live);
+        let mut root: Vec<NodeId> = (0..n).collect();
+        for node in nodes.iter().filter(|x| live[x.id] && x.op.in_place_safe()) {
+            if let Some(&s) = node.src.first()
+                && consumers[s] == 1
+                && !pinned[s]
+                && !nodes[s].op.binds_kv_region()
+                && nodes[s].backend == node.backend
+                && nodes[s].n_elements() == node.n_elements()
+            {
+                root[node.id] = root[s];
+            }
+        }
+        // A buffer lives until the last read of every node that writes it.
+        let mut expiry = vec![0usize; n];
+        for node in nodes.iter().filter(|x| live[x.id]) {
+            let e = if pinned[node.id] {
+                usize::MAX
+            } else {
+                last_use[node.id]
+            };
+            let r = root[node.id];
+            expiry[r] = expiry[r].max(e);
+        }
+        Ok(Liveness { live, root, expiry })
     }
 }

@@ -67,7 +67,8 @@ impl GraphCache {
     }
 
     /// The whole reuse kernel: reuse on equal params, otherwise build → assign → fuse → plan →
-    /// install.
+    /// install. A failed plan drops the cached graph too (its buffers were released), so the
+    /// next call rebuilds instead of reusing a graph without buffers.
     pub fn prepare<F>(
         &mut self,
         params: &GraphParams,
@@ -85,9 +86,20 @@ impl GraphCache {
         let mut graph = build(params)?;
         sched.assign_backends(&mut graph, &self.alloc);
         let fused = FusionPass::new().run(&mut graph, &self.alloc);
-        self.alloc.alloc_graph(&graph)?;
+        if let Err(e) = self.alloc.alloc_graph(&graph) {
+            self.invalidate();
+            return Err(e);
+        }
         let uid = self.replace_graph(graph, *params);
         Ok(Prepared::Built { uid, fused })
+    }
+
+    /// Forgets the cached graph and params (the allocator and its KV regions stay), so the next
+    /// `prepare` rebuilds.
+    pub fn invalidate(&mut self) {
+        self.graph = None;
+        self.prev_params = None;
+        self.alloc.release();
     }
 
     pub fn graph(&self) -> Option<&ComputeGraph> {

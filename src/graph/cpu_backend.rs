@@ -132,9 +132,8 @@ impl CpuBackend {
         let out_id = self.check_cpu(node, out)?;
         let arity = kernel.arity();
         if ins.len() < arity {
-            return Err(GraphError::OperandLength {
+            return Err(GraphError::OperandCount {
                 node: node.name.clone(),
-                operand: ins.len(),
                 expected: arity,
                 got: ins.len(),
             });

@@ -181,6 +181,10 @@ pub enum GraphError {
     #[error("node '{node}' needs layer {layer}'s KV regions, which do not exist")]
     KvMissing { node: String, layer: usize },
 
+    /// Executing a graph the allocator has no plan for (never planned, or a failed plan).
+    #[error("graph of {nodes} nodes executed against an allocator plan of {planned} nodes")]
+    NotPlanned { nodes: usize, planned: usize },
+
     // ---- execution --------------------------------------------------------------------------
     /// The backend has no kernel for this op (yet). Never a fallback: the run aborts.
     #[error("node '{node}': no kernel for {op:?}")]
@@ -191,6 +195,13 @@ pub enum GraphError {
         node: String,
         split: Backend,
         buffer: Backend,
+    },
+    /// A node dispatched with the wrong number of operands.
+    #[error("node '{node}': {got} operands, the kernel takes {expected}")]
+    OperandCount {
+        node: String,
+        expected: usize,
+        got: usize,
     },
     /// A kernel operand whose length does not match the node's output.
     #[error("node '{node}': operand {operand} has {got} values, expected {expected}")]

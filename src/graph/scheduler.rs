@@ -121,6 +121,7 @@ impl BackendScheduler {
         graph: &ComputeGraph,
         alloc: &mut GraphAllocator,
     ) -> Result<(), GraphError> {
+        alloc.check_plan(graph)?;
         let splits = self.split_graph(graph)?;
         if self.trace {
             eprint!("{}", trace_report(graph, &splits, alloc));
