@@ -539,6 +539,36 @@ fn structural_check_detects_different_graph() {
     assert!(cache.verify_structural(&unfused).is_err());
 }
 
+#[test]
+fn debug_builds_check_the_reuse_invariant_on_every_reuse() {
+    // A builder that is not a function of its params: the eps drifts between calls.
+    let calls = std::cell::Cell::new(0u32);
+    let drifting = |p: &GraphParams| {
+        calls.set(calls.get() + 1);
+        let mut shape = Qwen2Shape::tiny();
+        shape.eps = 1e-6 * calls.get() as f32;
+        shape.build(p)
+    };
+    let mut cache = tiny_cache();
+    let p = params(1, 16);
+    cache.prepare(&p, &sched(), drifting).unwrap();
+    let reused = cache.prepare(&p, &sched(), drifting);
+    if cfg!(debug_assertions) {
+        assert!(matches!(
+            reused,
+            Err(GraphError::StructuralMismatch {
+                field: StructuralField::Op,
+                ..
+            })
+        ));
+    } else {
+        assert!(
+            matches!(reused, Ok(Prepared::Reused { .. })),
+            "release builds trust the params"
+        );
+    }
+}
+
 // ---- CPU pool ----------------------------------------------------------------------------
 
 #[test]

@@ -67,7 +67,8 @@ impl GraphCache {
     }
 
     /// The whole reuse kernel: reuse on equal params, otherwise build → assign → fuse → plan →
-    /// install. A failed plan drops the cached graph too (its buffers were released), so the
+    /// install. In debug builds a reuse also rebuilds and compares structurally, so a builder
+    /// that stops being a function of `GraphParams` fails loudly there. A failed plan drops the cached graph too (its buffers were released), so the
     /// next call rebuilds instead of reusing a graph without buffers.
     pub fn prepare<F>(
         &mut self,
@@ -79,9 +80,17 @@ impl GraphCache {
         F: FnOnce(&GraphParams) -> Result<ComputeGraph, GraphError>,
     {
         if self.try_reuse(params)
-            && let Some(g) = &self.graph
+            && let Some(cached) = &self.graph
         {
-            return Ok(Prepared::Reused { uid: g.uid });
+            // Debug builds check the reuse invariant itself: the skipped build must have
+            // produced the same graph.
+            if cfg!(debug_assertions) {
+                let mut fresh = build(params)?;
+                sched.assign_backends(&mut fresh, &self.alloc);
+                FusionPass::new().run(&mut fresh, &self.alloc);
+                structural_diff(cached, &fresh)?;
+            }
+            return Ok(Prepared::Reused { uid: cached.uid });
         }
         let mut graph = build(params)?;
         sched.assign_backends(&mut graph, &self.alloc);
