@@ -420,6 +420,39 @@ fn shape_errors_are_typed() {
 }
 
 #[test]
+fn qk_norm_is_per_head_with_a_head_dim_weight() {
+    let mut b = GraphBuilder::new();
+    let q = b.input("q", [128 * 16, 3, 1, 1], DType::F32);
+    b.set_layer(Some(5));
+    let w = tensor("blk.5.attn_q_norm.weight", &[128], GgmlType::F32);
+    let n = b.qk_norm(q, Some(&w), 128, 16, 1e-6).unwrap();
+    let node = &b.graph().nodes[n];
+    assert_eq!(node.name, "attn_q_norm-5");
+    assert_eq!(
+        node.op,
+        Op::QkNorm {
+            hd: 128,
+            nh: 16,
+            eps: 1e-6
+        }
+    );
+    assert_eq!(node.out_shape, [2048, 3, 1, 1]);
+    assert!(matches!(
+        b.qk_norm(q, Some(&w), 128, 8, 1e-6),
+        Err(GraphError::DimMismatch { .. })
+    ));
+    let wide = tensor("blk.5.attn_q_norm.weight", &[2048], GgmlType::F32);
+    assert!(matches!(
+        b.qk_norm(q, Some(&wide), 128, 16, 1e-6),
+        Err(GraphError::DimMismatch {
+            expected: 128,
+            got: 2048,
+            ..
+        })
+    ));
+}
+
+#[test]
 fn attn_takes_its_shape_from_meta_and_its_layers_kv() {
     let mut b = GraphBuilder::new();
     let pos = b.input("positions", [1, 1, 1, 1], DType::I32);
