@@ -8,6 +8,7 @@ pub mod chat;
 pub mod cli;
 pub mod generate;
 pub mod gguf;
+pub mod graph;
 pub mod models;
 pub mod quants;
 pub mod tokenizer;

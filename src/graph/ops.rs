@@ -1,0 +1,361 @@
+//! The op vocabulary and per-node metadata.
+//!
+//! **Positions are data, not structure.** `KvcacheStore` / `KvcacheLoad` carry the layer index
+//! and nothing else; the rows they touch arrive through the `positions` input node. No payload
+//! here may depend on `n_past`, because the graph topology must be a function of `GraphParams`
+//! alone (that is what makes decode-step reuse sound).
+//!
+//! `Op` and `NodeMeta` derive a full `PartialEq`, payloads included: the structural reuse check
+//! compares them node by node, so an `eps` or a layer index that silently changed is caught.
+//!
+//! Op *groups* ("element-wise", "may run in place", "has a side effect", "binds the KV region")
+//! are declared once, in [`Op::traits`]; every pass asks that table instead of keeping its own
+//! `matches!` list.
+
+use crate::quants::GgmlType;
+
+/// RoPE layout. ggml's `GGML_ROPE_TYPE_NORM` rotates adjacent pairs `(x[2i], x[2i+1])`;
+/// `GGML_ROPE_TYPE_NEOX` rotates the halves `(x[i], x[i + n_rot/2])`. Qwen2/Qwen3 are NeoX.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RopeStyle {
+    /// ggml NORM: adjacent pairs.
+    Interleaved,
+    /// ggml NEOX: split halves.
+    NonInterleaved,
+}
+
+/// Attention flavour. All three read the layer's KV pair; the softmax is fused inside the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttnMode {
+    /// Grouped-query attention (`n_head_kv` divides `n_head`).
+    Gqa,
+    /// Same math, flash (online-softmax) kernel.
+    Flash,
+    /// Plain multi-head (vocabulary: no supported architecture emits it).
+    Mha,
+}
+
+/// The fusion-pass rewrites a backend can claim (`BackendImpl::supports_fused`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FusedOp {
+    /// `Mul(Silu(x), y)` → `SwiGLU(x, y)`.
+    SwiGLU,
+}
+
+/// One operation with its full payload.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Leaf, host-filled every step (token ids, positions, tail ids).
+    Input,
+    // ---- element-wise ----
+    Add,
+    Mul,
+    /// Multiply by a constant (vocabulary only).
+    Scale(f32),
+    Silu,
+    // ---- reductions / normalisation ----
+    /// Vocabulary only: attention kernels fuse their own softmax.
+    Softmax {
+        dim: usize,
+    },
+    RmsNorm {
+        eps: f32,
+    },
+    /// Per-head RMSNorm (Qwen3 q/k norm): `[hd * nh, nt]` normalised per `hd`-row.
+    QkNorm {
+        hd: usize,
+        nh: usize,
+        eps: f32,
+    },
+    // ---- linear algebra / gathers ----
+    /// `y = W x (+ b)`; the weight and bias are named in [`MatMulMeta`].
+    MatMul {
+        transpose_b: bool,
+    },
+    /// Row gather: embedding lookup, tail-row selection.
+    GetRows,
+    // ---- position / attention ----
+    RoPE {
+        style: RopeStyle,
+    },
+    /// `src = [q, kv, pos]`.
+    Attn {
+        mode: AttnMode,
+    },
+    // ---- KV cache (persistent regions; positions are data) ----
+    /// Writes this step's K and V rows; `src = [k, v, pos]`.
+    KvcacheStore {
+        layer: usize,
+    },
+    /// A view of the layer's persistent K region (no sources).
+    KvcacheLoad {
+        layer: usize,
+    },
+    // ---- layout (vocabulary only) ----
+    View {
+        offset: usize,
+        shape: [usize; 4],
+    },
+    Reshape {
+        shape: [usize; 4],
+    },
+    Permute {
+        dims: [usize; 4],
+    },
+    // ---- fused ----
+    /// `silu(gate) * up`: the FusionPass output.
+    SwiGLU,
+    /// Planned, not emitted: the single-output IR cannot express it.
+    BatchMatMul,
+    /// Decode: concat QKV matmul + bias/rope/KV store (GPU backends; not built here yet).
+    FusedQKV {
+        layer: usize,
+    },
+    /// Decode mixed-quant epilogue: biases + rope + KV store (CUDA; not built here yet).
+    QkvBiasRopeStore {
+        layer: usize,
+    },
+    /// Decode: concat gate|up matmul + in-place SwiGLU (GPU backends; not built here yet).
+    FusedFFN,
+    /// Decode Qwen3: concat matmul + q/k norm + rope/store (Metal; not built here yet).
+    FusedQkvNorm {
+        layer: usize,
+    },
+}
+
+/// What family an op belongs to (exports, traces, capability tables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    Leaf,
+    Elementwise,
+    Reduction,
+    Norm,
+    Linear,
+    Gather,
+    Position,
+    Attention,
+    Kv,
+    Layout,
+    /// Builder-built decode fusions (GPU kernels).
+    DecodeFused,
+}
+
+/// The op-group table row of one op. See [`Op::traits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpTraits {
+    /// Short name, ggml-style (`"mul_mat"`, `"rms_norm"`).
+    pub name: &'static str,
+    pub kind: OpKind,
+    /// Output element `i` depends only on input elements `i`.
+    pub elementwise: bool,
+    /// May write its output over `src[0]` when it is the sole consumer on the same backend.
+    pub in_place_safe: bool,
+    /// Does work beyond its output buffer (writes KV), so it is live without consumers.
+    pub side_effect: bool,
+    /// Its node buffer *is* the layer's persistent K region.
+    pub binds_kv_region: bool,
+}
+
+impl OpTraits {
+    const fn new(name: &'static str, kind: OpKind) -> OpTraits {
+        OpTraits {
+            name,
+            kind,
+            elementwise: false,
+            in_place_safe: false,
+            side_effect: false,
+            binds_kv_region: false,
+        }
+    }
+    const fn elementwise(mut self) -> OpTraits {
+        self.elementwise = true;
+        self
+    }
+    const fn in_place(mut self) -> OpTraits {
+        self.in_place_safe = true;
+        self
+    }
+    const fn side_effect(mut self) -> OpTraits {
+        self.side_effect = true;
+        self
+    }
+    const fn binds_kv(mut self) -> OpTraits {
+        self.binds_kv_region = true;
+        self
+    }
+}
+
+impl Op {
+    /// The one table of op groups. Adding an op means adding one row here; the allocator, the
+    /// liveness analysis, the exporters and the CPU capability matrix all read it.
+    pub const fn traits(&self) -> OpTraits {
+        use OpKind as K;
+        match self {
+            Op::Input => OpTraits::new("input", K::Leaf),
+            Op::Add => OpTraits::new("add", K::Elementwise).elementwise(),
+            Op::Mul => OpTraits::new("mul", K::Elementwise).elementwise(),
+            Op::Scale(_) => OpTraits::new("scale", K::Elementwise).elementwise(),
+            // In place: the aliasing rule that keeps kernel-order execution correct.
+            Op::Silu => OpTraits::new("silu", K::Elementwise)
+                .elementwise()
+                .in_place(),
+            Op::Softmax { .. } => OpTraits::new("soft_max", K::Reduction),
+            Op::RmsNorm { .. } => OpTraits::new("rms_norm", K::Norm),
+            Op::QkNorm { .. } => OpTraits::new("qk_norm", K::Norm),
+            Op::MatMul { .. } => OpTraits::new("mul_mat", K::Linear),
+            Op::GetRows => OpTraits::new("get_rows", K::Gather),
+            Op::RoPE { .. } => OpTraits::new("rope", K::Position).in_place(),
+            Op::Attn { .. } => OpTraits::new("attn", K::Attention),
+            Op::KvcacheStore { .. } => OpTraits::new("kv_store", K::Kv).side_effect().binds_kv(),
+            Op::KvcacheLoad { .. } => OpTraits::new("kv_load", K::Kv).binds_kv(),
+            Op::View { .. } => OpTraits::new("view", K::Layout),
+            Op::Reshape { .. } => OpTraits::new("reshape", K::Layout),
+            Op::Permute { .. } => OpTraits::new("permute", K::Layout),
+            Op::SwiGLU => OpTraits::new("swiglu", K::Elementwise).elementwise(),
+            Op::BatchMatMul => OpTraits::new("batch_mul_mat", K::DecodeFused),
+            Op::FusedQKV { .. } => OpTraits::new("fused_qkv", K::DecodeFused).side_effect(),
+            Op::QkvBiasRopeStore { .. } => {
+                OpTraits::new("qkv_bias_rope_store", K::DecodeFused).side_effect()
+            }
+            Op::FusedFFN => OpTraits::new("fused_ffn", K::DecodeFused),
+            Op::FusedQkvNorm { .. } => {
+                OpTraits::new("fused_qkv_norm", K::DecodeFused).side_effect()
+            }
+        }
+    }
+
+    /// Short ggml-style name.
+    pub const fn name(&self) -> &'static str {
+        self.traits().name
+    }
+    pub const fn kind(&self) -> OpKind {
+        self.traits().kind
+    }
+    pub const fn is_elementwise(&self) -> bool {
+        self.traits().elementwise
+    }
+    pub const fn in_place_safe(&self) -> bool {
+        self.traits().in_place_safe
+    }
+    pub const fn has_side_effect(&self) -> bool {
+        self.traits().side_effect
+    }
+    pub const fn binds_kv_region(&self) -> bool {
+        self.traits().binds_kv_region
+    }
+
+    /// The KV layer named by the payload (store, load and the KV-writing decode fusions).
+    /// Attention names its layer in [`AttnMeta`]; use [`CNode::kv_layer`](super::CNode::kv_layer).
+    pub const fn kv_layer(&self) -> Option<usize> {
+        match self {
+            Op::KvcacheStore { layer }
+            | Op::KvcacheLoad { layer }
+            | Op::FusedQKV { layer }
+            | Op::QkvBiasRopeStore { layer }
+            | Op::FusedQkvNorm { layer } => Some(*layer),
+            _ => None,
+        }
+    }
+}
+
+/// Matrix multiply against a named weight: GGUF `[in, out]`, memory `[out][in]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatMulMeta {
+    pub weight_name: String,
+    /// Added inline by the kernel (no separate node).
+    pub bias_name: Option<String>,
+    pub weight_type: GgmlType,
+    pub in_dim: usize,
+    pub out_dim: usize,
+}
+
+/// RMSNorm / QkNorm weight (`None`: unweighted).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NormMeta {
+    pub weight_name: Option<String>,
+}
+
+/// RoPE parameters (ggml `rope_ext` arguments that are structure, not data).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoPEMeta {
+    pub n_head: usize,
+    pub head_dim: usize,
+    /// Rotated dims per head (`<= head_dim`).
+    pub n_rot: usize,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    /// Training context (YaRN bookkeeping; `0` when unused).
+    pub n_ctx_orig: usize,
+}
+
+/// Attention parameters. The output shape is `[n_head * head_dim, nt]`, from here rather than
+/// from `q` (a fused q handle can point at a wider q|k|v buffer).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttnMeta {
+    pub layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// Usually `1 / sqrt(head_dim)`.
+    pub scale: f32,
+    /// Rows of the persistent KV region.
+    pub n_ctx: usize,
+}
+
+impl AttnMeta {
+    /// Width of one K (or V) row: `n_head_kv * head_dim`.
+    pub const fn n_embd_kv(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+}
+
+/// One layer's persistent KV regions: K and V are each `[n_embd_kv, n_ctx]` f32, token-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvcacheMeta {
+    pub layer: usize,
+    pub n_embd_kv: usize,
+    pub n_ctx: usize,
+}
+
+impl KvcacheMeta {
+    /// f32 values in one region (K or V).
+    pub const fn region_len(&self) -> usize {
+        self.n_embd_kv * self.n_ctx
+    }
+}
+
+/// Token embedding lookup: weight GGUF `[n_embd, n_vocab]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbedMeta {
+    pub weight_name: String,
+    pub weight_type: GgmlType,
+    pub n_embd: usize,
+}
+
+/// Per-node metadata: a concrete enum (comparable, clonable, no downcasts).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum NodeMeta {
+    #[default]
+    None,
+    MatMul(MatMulMeta),
+    Norm(NormMeta),
+    Rope(RoPEMeta),
+    Attn(AttnMeta),
+    Kvcache(KvcacheMeta),
+    Embed(EmbedMeta),
+}
+
+impl NodeMeta {
+    /// Variant name, for exports and error messages.
+    pub const fn kind_name(&self) -> &'static str {
+        match self {
+            NodeMeta::None => "none",
+            NodeMeta::MatMul(_) => "matmul",
+            NodeMeta::Norm(_) => "norm",
+            NodeMeta::Rope(_) => "rope",
+            NodeMeta::Attn(_) => "attn",
+            NodeMeta::Kvcache(_) => "kvcache",
+            NodeMeta::Embed(_) => "embed",
+        }
+    }
+}

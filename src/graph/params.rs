@@ -1,0 +1,61 @@
+//! The parameters a graph's topology is a function of.
+//!
+//! Equal [`GraphParams`] ⇒ identical graph, node for node; that is the whole basis of reuse.
+//! `n_past` is deliberately absent: positions are execution data (the `positions` input), so a
+//! decode step never forces a rebuild.
+
+/// Which kind of forward pass a graph is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GraphType {
+    /// One token per sequence step.
+    Decode,
+    /// A block of prompt tokens.
+    Prefill,
+}
+
+impl GraphType {
+    /// `Decode` for one token, `Prefill` otherwise.
+    pub const fn for_tokens(n_tokens: usize) -> GraphType {
+        if n_tokens == 1 {
+            GraphType::Decode
+        } else {
+            GraphType::Prefill
+        }
+    }
+}
+
+/// Context parameters that change the graph. Every field is part of the reuse identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CParams {
+    /// Rows of every persistent KV region.
+    pub n_ctx: usize,
+    /// Flash attention kernels (`AttnMode::Flash`).
+    pub flash_attn: bool,
+    /// Whether a GPU backend participates: assignment is part of the topology, so toggling it
+    /// must force a rebuild.
+    pub gpu: bool,
+    /// Decode QKV fusion (`MINFER_NO_FUSE_QKV=1` disables).
+    pub fuse_qkv: bool,
+    /// Decode FFN gate|up fusion (`MINFER_NO_FUSE_FFN=1` disables); independent of `fuse_qkv`
+    /// so A/B-ing one does not flip the other.
+    pub fuse_ffn: bool,
+}
+
+/// Everything a graph build reads besides the model itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GraphParams {
+    pub n_tokens: usize,
+    /// Rows whose logits are produced (tail rows): topology, not just execution.
+    pub n_out: usize,
+    pub gtype: GraphType,
+    pub cparams: CParams,
+    /// Reserved for weight reload / adapter switches: bumping it breaks reuse. Constant 1 today.
+    pub weights_version: u64,
+}
+
+impl GraphParams {
+    /// Do two parameter sets describe the same topology? All fields, `cparams` in full.
+    pub fn same_topology(&self, other: &GraphParams) -> bool {
+        self == other
+    }
+}

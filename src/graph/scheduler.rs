@@ -1,0 +1,235 @@
+//! The scheduler: backend assignment, splits, and execution in build order.
+//!
+//! It is a pure orchestrator: it reads capabilities from the allocator, cuts the graph into
+//! splits (maximal runs of consecutive nodes on one backend), stages cross-backend sources at
+//! split boundaries through the allocator, and asks each backend to run its nodes. It never
+//! allocates and never falls back: a node whose buffer is on another backend than its split is an
+//! error naming the node and both backends.
+//!
+//! `MINFER_GRAPH_TRACE=1` prints the splits and a per-op / per-backend census to stderr.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::alloc::GraphAllocator;
+use super::backend::KvProvider;
+use super::error::GraphError;
+use super::registry::Backend;
+use super::{BufRef, CNode, ComputeGraph, NodeId};
+
+/// Environment variable that turns the execution trace on (`1`).
+pub const TRACE_ENV: &str = "MINFER_GRAPH_TRACE";
+
+/// A maximal run of consecutive nodes on one backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    pub backend: Backend,
+    /// `[start, end)` in `graph.nodes`.
+    pub node_range: (usize, usize),
+    /// Sources produced on another backend, staged in at the split's start (first-use order).
+    pub inputs: Vec<NodeId>,
+    /// Nodes of this split read by a node on another backend.
+    pub outputs: Vec<NodeId>,
+}
+
+/// Assigns, splits and executes graphs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BackendScheduler {
+    trace: bool,
+}
+
+impl BackendScheduler {
+    /// Tracing follows `MINFER_GRAPH_TRACE=1`.
+    pub fn new() -> BackendScheduler {
+        BackendScheduler {
+            trace: std::env::var(TRACE_ENV).is_ok_and(|v| v == "1"),
+        }
+    }
+
+    pub fn with_trace(trace: bool) -> BackendScheduler {
+        BackendScheduler { trace }
+    }
+
+    /// Gives every unassigned node the highest-priority fenced backend with a pool that claims
+    /// `(op, dtype)`, the CPU last. Assignment is total: a node nobody claims lands on the CPU,
+    /// whose `execute_node` then refuses it by name — never a silent fallback at run time.
+    /// Explicit assignments are kept. Each node is decided on its own, in priority order from
+    /// the registry (no `HashMap` order anywhere).
+    pub fn assign_backends(&self, graph: &mut ComputeGraph, alloc: &GraphAllocator) {
+        for node in graph.nodes.iter_mut().filter(|n| n.backend.is_none()) {
+            node.backend = Some(
+                alloc
+                    .supports_for(&node.op, node.out_dtype)
+                    .unwrap_or(Backend::CPU),
+            );
+        }
+    }
+
+    /// Cuts the graph into splits wherever the assigned backend changes, and derives the
+    /// cross-backend edges.
+    pub fn split_graph(&self, graph: &ComputeGraph) -> Result<Vec<Split>, GraphError> {
+        let backend_of = |node: &CNode| {
+            node.backend.ok_or_else(|| GraphError::Unassigned {
+                node: node.name.clone(),
+            })
+        };
+        let mut splits: Vec<Split> = Vec::new();
+        let mut split_of = vec![0usize; graph.nodes.len()];
+        for node in &graph.nodes {
+            let backend = backend_of(node)?;
+            match splits.last_mut() {
+                Some(s) if s.backend == backend => s.node_range.1 = node.id + 1,
+                _ => splits.push(Split {
+                    backend,
+                    node_range: (node.id, node.id + 1),
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                }),
+            }
+            split_of[node.id] = splits.len() - 1;
+        }
+        for node in &graph.nodes {
+            let here = split_of[node.id];
+            for &src in &node.src {
+                let producer = graph
+                    .nodes
+                    .get(src)
+                    .ok_or_else(|| GraphError::DanglingSrc {
+                        node: node.name.clone(),
+                        src,
+                        n_nodes: graph.nodes.len(),
+                    })?;
+                if backend_of(producer)? == splits[here].backend {
+                    continue;
+                }
+                if !splits[here].inputs.contains(&src) {
+                    splits[here].inputs.push(src);
+                }
+                let there = &mut splits[split_of[src]];
+                if !there.outputs.contains(&src) {
+                    there.outputs.push(src);
+                }
+            }
+        }
+        Ok(splits)
+    }
+
+    /// Executes the planned graph split by split, node by node in build order. Inputs are
+    /// skipped (host-filled), dead nodes are skipped (no buffer).
+    pub fn execute(
+        &self,
+        graph: &ComputeGraph,
+        alloc: &mut GraphAllocator,
+    ) -> Result<(), GraphError> {
+        alloc.check_plan(graph)?;
+        let splits = self.split_graph(graph)?;
+        if self.trace {
+            eprint!("{}", trace_report(graph, &splits, alloc));
+        }
+        for split in &splits {
+            for &src in &split.inputs {
+                if alloc.node_buffer(src).is_some() {
+                    alloc.copy_across(src, split.backend)?;
+                }
+            }
+            for node in &graph.nodes[split.node_range.0..split.node_range.1] {
+                self.execute_node(node, split.backend, alloc)?;
+            }
+            alloc.synchronize(split.backend)?;
+        }
+        Ok(())
+    }
+
+    fn execute_node(
+        &self,
+        node: &CNode,
+        split: Backend,
+        alloc: &mut GraphAllocator,
+    ) -> Result<(), GraphError> {
+        if node.is_input() {
+            return Ok(()); // filled by the host before execution
+        }
+        let Some(out) = alloc.node_buffer(node.id) else {
+            return Ok(()); // dead (e.g. the Silu folded into SwiGLU): no buffer, no work
+        };
+        let mismatch = |buffer: Backend| GraphError::BackendMismatch {
+            node: node.name.clone(),
+            split,
+            buffer,
+        };
+        if out.backend != split {
+            return Err(mismatch(out.backend));
+        }
+        let in_bufs = node
+            .src
+            .iter()
+            .map(|&s| {
+                let canon = alloc
+                    .node_buffer(s)
+                    .ok_or(GraphError::NoBuffer { node: s })?;
+                match canon.backend == split {
+                    true => Ok(canon),
+                    false => alloc
+                        .cross_buffer(s, split)
+                        .ok_or_else(|| mismatch(canon.backend)),
+                }
+            })
+            .collect::<Result<Vec<BufRef>, GraphError>>()?;
+        let kv = match node.kv_layer() {
+            Some(layer) => {
+                let pair = alloc.kv_pair(layer).ok_or_else(|| GraphError::KvMissing {
+                    node: node.name.clone(),
+                    layer,
+                })?;
+                if pair.k.backend != split {
+                    return Err(GraphError::KvBackendMismatch {
+                        node: node.name.clone(),
+                        layer,
+                        node_backend: split,
+                        kv_backend: pair.k.backend,
+                    });
+                }
+                Some(pair)
+            }
+            None => None,
+        };
+        alloc.pool_mut(split)?.execute_node(node, &in_bufs, out, kv)
+    }
+}
+
+/// The trace text: one line per split, then the census of live nodes per (op, backend) and the
+/// number of dead nodes.
+pub fn trace_report(graph: &ComputeGraph, splits: &[Split], alloc: &GraphAllocator) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "graph uid={}: {} nodes, {} splits",
+        graph.uid,
+        graph.nodes.len(),
+        splits.len()
+    );
+    for (i, s) in splits.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  split {i}: {} nodes [{}, {}) inputs {:?} outputs {:?}",
+            s.backend, s.node_range.0, s.node_range.1, s.inputs, s.outputs
+        );
+    }
+    let mut census: BTreeMap<(&'static str, Backend), usize> = BTreeMap::new();
+    let mut dead = 0usize;
+    for node in &graph.nodes {
+        match (
+            node.is_input() || alloc.node_buffer(node.id).is_some(),
+            node.backend,
+        ) {
+            (true, Some(b)) => *census.entry((node.op.name(), b)).or_default() += 1,
+            _ => dead += 1,
+        }
+    }
+    let _ = writeln!(out, "  census:");
+    for ((op, backend), count) in &census {
+        let _ = writeln!(out, "    op {op:<20} backend {backend:<6} x{count}");
+    }
+    let _ = writeln!(out, "    dead (skipped) x{dead}");
+    out
+}
