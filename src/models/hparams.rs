@@ -13,6 +13,8 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error("unsupported architecture '{arch}' (supported: {})", SUPPORTED_ARCHITECTURES.join(", "))]
     UnsupportedArchitecture { arch: String },
+    #[error("model has no tensor '{name}'")]
+    MissingTensor { name: String },
     #[error("{key} = {value} is invalid: {why}")]
     BadHParam { key: String, value: String, why: &'static str },
 }

@@ -1,6 +1,49 @@
 //! Model architectures. Each architecture reads its hyper-parameters from GGUF metadata under
-//! its own key prefix (`qwen2.block_count`).
+//! its own key prefix (`qwen2.block_count`) and builds its forward pass as a compute graph
+//! (`models/<arch>/graph.rs`); [`load_model`] dispatches on `general.architecture`.
 
+pub mod decoder;
 mod hparams;
+mod qwen2;
+mod qwen3;
+
+use std::sync::Arc;
+
+use crate::gguf::GgufFile;
+use crate::graph::{ComputeGraph, GraphError, GraphParams};
 
 pub use hparams::{HParams, ModelError, SUPPORTED_ARCHITECTURES};
+pub use qwen2::Qwen2;
+pub use qwen3::Qwen3;
+
+/// What an architecture provides: its hyper-parameters and a pure graph builder (equal params
+/// ⇒ identical graph).
+pub trait ModelDef: Send + Sync {
+    fn hparams(&self) -> &HParams;
+    fn build_graph(&self, p: &GraphParams) -> Result<ComputeGraph, GraphError>;
+}
+
+/// A model file and its architecture.
+pub struct Model {
+    pub file: Arc<GgufFile>,
+    pub def: Box<dyn ModelDef>,
+}
+
+impl Model {
+    pub fn hparams(&self) -> &HParams {
+        self.def.hparams()
+    }
+}
+
+/// Builds the architecture named by `general.architecture`; an unknown one is an error listing
+/// the supported architectures.
+pub fn load_model(file: Arc<GgufFile>) -> Result<Model, ModelError> {
+    let hp = HParams::from_gguf(&file)?;
+    hp.check_supported()?;
+    let def: Box<dyn ModelDef> = match hp.arch.as_str() {
+        "qwen2" => Box::new(Qwen2::load(&file, hp)?),
+        "qwen3" => Box::new(Qwen3::load(&file, hp)?),
+        other => return Err(ModelError::UnsupportedArchitecture { arch: other.to_string() }),
+    };
+    Ok(Model { file, def })
+}

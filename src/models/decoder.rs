@@ -1,0 +1,168 @@
+//! The decoder skeleton Qwen2 and Qwen3 share: inputs, embedding, per layer attention and FFN
+//! with residuals, the G3 tail-row reduction after the last layer's attention, the final norm and
+//! the lm_head. An architecture supplies only its Q/K/V projection (biases, per-head norms).
+
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::graph::{
+    AttnMeta, AttnMode, ComputeGraph, DType, GraphBuilder, GraphError, GraphParams, NodeId, RoPEMeta, RopeStyle,
+};
+
+use super::{HParams, ModelError};
+
+/// Looks up a tensor by name; a missing one names itself.
+pub fn tensor(f: &GgufFile, name: &str) -> Result<TensorInfo, ModelError> {
+    f.tensor(name).cloned().ok_or_else(|| ModelError::MissingTensor { name: name.to_string() })
+}
+
+/// Like [`tensor`], `None` when absent.
+pub fn opt_tensor(f: &GgufFile, name: &str) -> Option<TensorInfo> {
+    f.tensor(name).cloned()
+}
+
+/// The tensors every decoder layer has, whatever the architecture.
+#[derive(Debug, Clone)]
+pub struct LayerCommon {
+    pub attn_norm: TensorInfo,
+    pub wo: TensorInfo,
+    pub ffn_norm: TensorInfo,
+    pub ffn_gate: TensorInfo,
+    pub ffn_up: TensorInfo,
+    pub ffn_down: TensorInfo,
+}
+
+impl LayerCommon {
+    pub fn load(f: &GgufFile, il: usize) -> Result<LayerCommon, ModelError> {
+        let t = |base: &str| tensor(f, &format!("blk.{il}.{base}.weight"));
+        Ok(LayerCommon {
+            attn_norm: t("attn_norm")?,
+            wo: t("attn_output")?,
+            ffn_norm: t("ffn_norm")?,
+            ffn_gate: t("ffn_gate")?,
+            ffn_up: t("ffn_up")?,
+            ffn_down: t("ffn_down")?,
+        })
+    }
+}
+
+/// Token embedding, final norm and lm_head (tied to the embedding when the file has no
+/// `output.weight`).
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub tok_embd: TensorInfo,
+    pub output_norm: TensorInfo,
+    pub output: TensorInfo,
+}
+
+impl Head {
+    pub fn load(f: &GgufFile) -> Result<Head, ModelError> {
+        let tok_embd = tensor(f, "token_embd.weight")?;
+        let output = opt_tensor(f, "output.weight").unwrap_or_else(|| tok_embd.clone());
+        Ok(Head { output_norm: tensor(f, "output_norm.weight")?, tok_embd, output })
+    }
+}
+
+/// The graph-level handles an architecture's projection step gets.
+pub struct LayerCtx {
+    pub il: usize,
+    /// `[n_embd, nt]`: the attention-normed hidden state.
+    pub normed: NodeId,
+    /// `[nt]` i32 positions.
+    pub pos: NodeId,
+}
+
+/// Q (`[n_head*hd, nt]`), K and V (`[n_head_kv*hd, nt]`) before RoPE.
+pub struct Qkv {
+    pub q: NodeId,
+    pub k: NodeId,
+    pub v: NodeId,
+}
+
+impl HParams {
+    pub fn rope_meta(&self, n_head: usize) -> RoPEMeta {
+        RoPEMeta {
+            n_head,
+            head_dim: self.head_dim as usize,
+            n_rot: self.head_dim as usize,
+            freq_base: self.rope_freq_base,
+            freq_scale: 1.0,
+            n_ctx_orig: self.n_ctx_train as usize,
+        }
+    }
+
+    pub fn attn_meta(&self, layer: usize, n_ctx: usize) -> AttnMeta {
+        AttnMeta {
+            layer,
+            n_head: self.n_head as usize,
+            n_head_kv: self.n_head_kv as usize,
+            head_dim: self.head_dim as usize,
+            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            n_ctx,
+        }
+    }
+}
+
+/// Builds the forward pass for `p`; `qkv` is the architecture's projection of one layer.
+pub fn build_decoder(
+    hp: &HParams,
+    head: &Head,
+    layers: &[LayerCommon],
+    p: &GraphParams,
+    mut qkv: impl FnMut(&mut GraphBuilder, &LayerCtx) -> Result<Qkv, GraphError>,
+) -> Result<ComputeGraph, GraphError> {
+    let nt = p.n_tokens;
+    let n_ctx = p.cparams.n_ctx;
+    let eps = hp.rms_eps;
+    let mode = if p.cparams.flash_attn { AttnMode::Flash } else { AttnMode::Gqa };
+    let n_embd_kv = (hp.n_head_kv * hp.head_dim) as usize;
+
+    let mut b = GraphBuilder::new();
+    let ids = b.input("token_ids", [nt, 1, 1, 1], DType::I32); // [nt] i32
+    let pos = b.input("positions", [nt, 1, 1, 1], DType::I32); // [nt] i32
+    // Declared at the head (a mid-graph input would split GPU runs), consumed after the last
+    // layer's attention: the rows whose logits are wanted.
+    let tail = (p.n_out < nt).then(|| b.input("tail_ids", [p.n_out, 1, 1, 1], DType::I32));
+
+    let mut h = b.embedding(ids, &head.tok_embd)?; // [n_embd, nt]
+    for (il, l) in layers.iter().enumerate() {
+        b.set_layer(Some(il));
+        let residual = h;
+        let normed = b.rms_norm(h, Some(&l.attn_norm), eps)?;
+        b.rename(normed, "attn_norm")?;
+        let Qkv { q, k, v } = qkv(&mut b, &LayerCtx { il, normed, pos })?;
+        let q = b.rope(q, pos, RopeStyle::NonInterleaved, hp.rope_meta(hp.n_head as usize))?;
+        let k = b.rope(k, pos, RopeStyle::NonInterleaved, hp.rope_meta(hp.n_head_kv as usize))?;
+        b.kvcache_store(il, k, v, pos, n_ctx)?;
+        let kv = b.kvcache_load(il, n_embd_kv, n_ctx);
+        let attn = b.attn(q, kv, pos, mode, hp.attn_meta(il, n_ctx))?; // [n_head*hd, nt]
+        let wo = b.matmul(attn, &l.wo, None)?; // [n_embd, nt]
+        h = match tail {
+            // G3: from here on only the n_out wanted rows are computed.
+            Some(tail) if il + 1 == layers.len() => {
+                let cur = b.get_rows(wo, tail)?;
+                let res = b.get_rows(residual, tail)?;
+                b.add(res, cur)?
+            }
+            _ => b.add(residual, wo)?,
+        };
+        b.rename(h, "ffn_inp")?;
+
+        let residual = h;
+        let normed = b.rms_norm(h, Some(&l.ffn_norm), eps)?;
+        b.rename(normed, "ffn_norm")?;
+        let gate = b.matmul(normed, &l.ffn_gate, None)?; // [n_ff, rows]
+        let up = b.matmul(normed, &l.ffn_up, None)?;
+        // Built unfused: the fusion pass folds silu + mul into SwiGLU where the backend can.
+        let g = b.silu(gate)?;
+        let sw = b.mul(g, up)?;
+        let down = b.matmul(sw, &l.ffn_down, None)?; // [n_embd, rows]
+        h = b.add(residual, down)?;
+        b.rename(h, "l_out")?;
+    }
+    b.set_layer(None);
+    let normed = b.rms_norm(h, Some(&head.output_norm), eps)?;
+    b.rename(normed, "result_norm")?;
+    let logits = b.matmul(normed, &head.output, None)?; // [n_vocab, n_out]
+    b.rename(logits, "result_output")?;
+    b.output(logits)?;
+    Ok(b.build())
+}
