@@ -46,6 +46,17 @@ pub struct GgufFile {
     data_offset: u64,
 }
 
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("path", &self.path)
+            .field("version", &self.version)
+            .field("metadata", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
 impl GgufFile {
     /// Opens and validates a GGUF file, mapping it read-only.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {

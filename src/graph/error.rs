@@ -75,6 +75,15 @@ pub enum GraphError {
         left: [usize; 4],
         right: [usize; 4],
     },
+    /// A weight the graph names is not in the model file (or has the wrong rank).
+    #[error("weight '{name}' is missing: expected {what}")]
+    MissingWeight { name: String, what: &'static str },
+    /// A weight whose type cannot be computed with.
+    #[error("weight '{name}': {source}")]
+    Weight { name: String, source: QuantError },
+    /// A weight whose bytes cannot be read from the file.
+    #[error("weight '{name}' cannot be read: {reason}")]
+    WeightFile { name: String, reason: String },
     /// A weight stored in a type minfer cannot compute with.
     #[error("node '{node}': {source}")]
     UnsupportedWeight {

@@ -35,6 +35,7 @@ pub mod ops;
 pub mod params;
 pub mod registry;
 pub mod scheduler;
+pub mod weights;
 
 use std::collections::VecDeque;
 
@@ -52,6 +53,7 @@ pub use ops::{
 pub use params::{CParams, GraphParams, GraphType};
 pub use registry::{Backend, BackendEntry, BackendFence, BackendRegistry, Capabilities};
 pub use scheduler::{BackendScheduler, Split};
+pub use weights::{WeightStore, WeightView};
 
 /// Index of a node in [`ComputeGraph::nodes`]; build order is id order.
 pub type NodeId = usize;
