@@ -1,9 +1,11 @@
 //! Text generation: sampling, stop conditions, and the prefill → decode loop.
 
+mod engine;
 mod rng;
 mod sampler;
 mod stop;
 
+pub use engine::{Engine, EngineError, EngineParams, EvalInfo, default_threads, trace_from_env};
 pub use rng::SampleRng;
 pub use sampler::{Sampler, SamplerError, SamplerParams, argmax};
 pub use stop::{StopOutcome, StopStrings};

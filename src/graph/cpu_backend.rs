@@ -6,7 +6,11 @@
 //! [`CpuBackend::execute_node`] later: every op has its own arm there, and the ones without a
 //! kernel yet return [`GraphError::NoKernel`] — never a silent no-op.
 
+use std::sync::Arc;
+
 use super::backend::{BackendImpl, KvPair};
+use super::weights::WeightStore;
+use crate::vec_ops::Pool;
 use super::error::GraphError;
 use super::ops::{FusedOp, Op, OpKind};
 use super::registry::{Backend, Capabilities};
@@ -85,16 +89,36 @@ impl Elementwise {
     }
 }
 
-/// The CPU pool: plain `Vec<f32>` buffers and an exact-length free list.
-#[derive(Debug, Default)]
+/// The CPU pool: plain `Vec<f32>` buffers and an exact-length free list, plus what the kernels
+/// need: the model's weights (by name) and the worker threads.
+#[derive(Default)]
 pub struct CpuBackend {
     buffers: Vec<Vec<f32>>,
     free: Vec<usize>,
+    weights: Option<Arc<WeightStore>>,
+    pool: Option<Arc<Pool>>,
+}
+
+impl std::fmt::Debug for CpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuBackend")
+            .field("buffers", &self.buffers.len())
+            .field("free", &self.free.len())
+            .field("weights", &self.weights.is_some())
+            .field("threads", &self.pool.as_ref().map(|p| p.n_threads()))
+            .finish()
+    }
 }
 
 impl CpuBackend {
+    /// A pool without weights (graph tests).
     pub fn new() -> CpuBackend {
         CpuBackend::default()
+    }
+
+    /// The backend of a model: its weights and `pool`'s worker threads.
+    pub fn with_model(weights: Arc<WeightStore>, pool: Arc<Pool>) -> CpuBackend {
+        CpuBackend { weights: Some(weights), pool: Some(pool), ..CpuBackend::default() }
     }
 
     /// Ids on the free list (diagnostics and tests).

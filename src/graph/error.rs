@@ -193,6 +193,9 @@ pub enum GraphError {
     /// Executing a graph the allocator has no plan for (never planned, or a failed plan).
     #[error("graph of {nodes} nodes executed against an allocator plan of {planned} nodes")]
     NotPlanned { nodes: usize, planned: usize },
+    /// Execution asked for before any graph was prepared.
+    #[error("no graph has been prepared")]
+    NoGraph,
 
     // ---- execution --------------------------------------------------------------------------
     /// The backend has no kernel for this op (yet). Never a fallback: the run aborts.

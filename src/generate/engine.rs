@@ -1,0 +1,195 @@
+//! One sequence's inference state: the model, its graph cache (graph + allocator, so the KV
+//! regions live here) and the number of tokens already in the KV.
+//!
+//! `eval` is the whole forward path of the design: build or reuse the graph for these
+//! [`GraphParams`] (a prefill → decode change rebuilds once, decode steps reuse), fill the
+//! inputs (token ids, positions = n_past.., tail ids), execute, and read the logits.
+
+use std::sync::Arc;
+
+use crate::graph::{
+    Backend, BackendRegistry, BackendScheduler, CParams, CpuBackend, GraphAllocator, GraphCache, GraphError, GraphParams,
+    GraphType, Prepared, WeightStore,
+};
+use crate::models::Model;
+use crate::vec_ops::{Pool, PoolError};
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineParams {
+    /// KV rows (tokens of context).
+    pub n_ctx: usize,
+    pub n_threads: usize,
+    /// `--backend` fence (comma-separated names); `None` reads `MINFER_BACKENDS`.
+    pub backends: Option<String>,
+    /// Print the splits and the op census of every execution (`MINFER_GRAPH_TRACE=1`).
+    pub trace: bool,
+}
+
+impl Default for EngineParams {
+    fn default() -> Self {
+        EngineParams { n_ctx: 4096, n_threads: default_threads(), backends: None, trace: trace_from_env() }
+    }
+}
+
+/// The number of cores, at least 1.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// `MINFER_GRAPH_TRACE=1`.
+pub fn trace_from_env() -> bool {
+    std::env::var("MINFER_GRAPH_TRACE").is_ok_and(|v| v == "1")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    #[error("context is full: {n_past} tokens in the KV + {n_tokens} new > n_ctx {n_ctx}")]
+    ContextFull { n_past: usize, n_tokens: usize, n_ctx: usize },
+    #[error("nothing to evaluate: no tokens")]
+    NoTokens,
+    #[error("token id {id} is not in the vocabulary ({n_vocab} tokens)")]
+    TokenOutOfRange { id: u32, n_vocab: usize },
+    #[error("n_ctx must be at least 1")]
+    ZeroContext,
+    #[error("n_out {n_out} must be between 1 and the {n_tokens} tokens evaluated")]
+    BadOutputRows { n_out: usize, n_tokens: usize },
+}
+
+/// What the last `eval` did with the graph (for tests and traces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EvalInfo {
+    pub prepared: Prepared,
+}
+
+pub struct Engine {
+    model: Arc<Model>,
+    cache: GraphCache,
+    sched: BackendScheduler,
+    cparams: CParams,
+    n_past: usize,
+    last: Option<EvalInfo>,
+}
+
+impl Engine {
+    pub fn new(model: Arc<Model>, p: &EngineParams) -> Result<Engine, EngineError> {
+        if p.n_ctx == 0 {
+            return Err(EngineError::ZeroContext);
+        }
+        let registry = BackendRegistry::builtin();
+        let fence = registry.resolve_fence(p.backends.as_deref())?;
+        let weights = Arc::new(WeightStore::new(model.file.clone())?);
+        let pool = Arc::new(Pool::new(p.n_threads)?);
+        let mut alloc = GraphAllocator::new(registry, fence);
+        alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_model(weights, pool)))?;
+        let cparams = CParams { n_ctx: p.n_ctx, flash_attn: false, gpu: false, fuse_qkv: false, fuse_ffn: false };
+        Ok(Engine {
+            model,
+            cache: GraphCache::new(alloc),
+            sched: BackendScheduler::with_trace(p.trace),
+            cparams,
+            n_past: 0,
+            last: None,
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.cparams.n_ctx
+    }
+
+    /// Tokens already in the KV (the next token's position).
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.model.hparams().n_vocab as usize
+    }
+
+    /// Forgets the sequence; the KV regions are kept and overwritten.
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+    }
+
+    pub fn last_eval(&self) -> Option<EvalInfo> {
+        self.last
+    }
+
+    /// The graph for `n_tokens` new tokens producing `n_out` logit rows (for dumps).
+    pub fn graph_params(&self, n_tokens: usize, n_out: usize) -> GraphParams {
+        GraphParams {
+            n_tokens,
+            n_out,
+            gtype: GraphType::for_tokens(n_tokens),
+            cparams: self.cparams,
+            weights_version: 1,
+        }
+    }
+
+    /// Evaluates `tokens` at positions `n_past..`; returns the logits of the last `n_out`
+    /// tokens, `[n_out][n_vocab]`.
+    pub fn eval(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>, EngineError> {
+        let nt = tokens.len();
+        if nt == 0 {
+            return Err(EngineError::NoTokens);
+        }
+        if n_out == 0 || n_out > nt {
+            return Err(EngineError::BadOutputRows { n_out, n_tokens: nt });
+        }
+        if self.n_past + nt > self.cparams.n_ctx {
+            return Err(EngineError::ContextFull { n_past: self.n_past, n_tokens: nt, n_ctx: self.cparams.n_ctx });
+        }
+        let n_vocab = self.n_vocab();
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(EngineError::TokenOutOfRange { id, n_vocab });
+        }
+        let params = self.graph_params(nt, n_out);
+        let model = &self.model;
+        let prepared = self.cache.prepare(&params, &self.sched, |p| model.def.build_graph(p))?;
+        self.last = Some(EvalInfo { prepared });
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let positions: Vec<i32> = (self.n_past..self.n_past + nt).map(|p| p as i32).collect();
+        let (graph, alloc) = self.cache.current().ok_or(GraphError::NoGraph)?;
+        alloc.fill_input_i32(graph, "token_ids", &ids)?;
+        alloc.fill_input_i32(graph, "positions", &positions)?;
+        if n_out < nt {
+            let tail: Vec<i32> = ((nt - n_out)..nt).map(|i| i as i32).collect();
+            alloc.fill_input_i32(graph, "tail_ids", &tail)?;
+        }
+        let out = *graph.outputs.first().ok_or(GraphError::NoGraph)?;
+        self.cache.execute(&self.sched)?;
+        let (_, alloc) = self.cache.current().ok_or(GraphError::NoGraph)?;
+        let logits = alloc.copy_to_cpu(out)?;
+        self.n_past += nt;
+        Ok(logits)
+    }
+
+    /// Evaluates a prompt in chunks of at most `ubatch` tokens (all at once when `None`);
+    /// returns the logits of its last token.
+    pub fn prefill(&mut self, tokens: &[u32], ubatch: Option<usize>) -> Result<Vec<f32>, EngineError> {
+        if tokens.is_empty() {
+            return Err(EngineError::NoTokens);
+        }
+        if self.n_past + tokens.len() > self.cparams.n_ctx {
+            return Err(EngineError::ContextFull {
+                n_past: self.n_past,
+                n_tokens: tokens.len(),
+                n_ctx: self.cparams.n_ctx,
+            });
+        }
+        let chunk = ubatch.unwrap_or(tokens.len()).max(1);
+        let mut logits = Vec::new();
+        for part in tokens.chunks(chunk) {
+            logits = self.eval(part, 1)?;
+        }
+        Ok(logits)
+    }
+}
