@@ -1,6 +1,9 @@
 //! Command-line interface: argument definitions and the subcommands behind them.
 
+mod dump;
+mod engine_args;
 mod info;
+mod logits;
 mod model_files;
 mod output;
 mod run;
@@ -10,6 +13,8 @@ mod tokenize;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+
+use engine_args::EngineArgs;
 
 pub use output::Out;
 
@@ -32,6 +37,20 @@ pub enum CliError {
     Stdin(String),
     #[error("{0}")]
     Usage(&'static str),
+    #[error(transparent)]
+    Engine(#[from] crate::generate::EngineError),
+    #[error(transparent)]
+    Generate(#[from] crate::generate::GenerateError),
+    #[error(transparent)]
+    Graph(#[from] crate::graph::GraphError),
+    #[error("prompt of {n_prompt} tokens does not fit the context of {n_ctx} tokens (raise --ctx)")]
+    PromptTooLong { n_prompt: usize, n_ctx: usize },
+    #[error("--from {from} is past the last of the {n_ids} ids")]
+    FromOutOfRange { from: usize, n_ids: usize },
+    #[error("--ids: {0}")]
+    BadIds(String),
+    #[error("cannot write {path}: {source}")]
+    WriteFile { path: PathBuf, source: std::io::Error },
     #[error("cannot write output: {0}")]
     Output(std::io::Error),
 }
@@ -82,7 +101,7 @@ pub enum Command {
         #[arg(long)]
         no_generation_prompt: bool,
     },
-    /// Generate text from a prompt.
+    /// Generate text from a prompt (tokens stream to stdout, timings to stderr).
     Run {
         /// The GGUF model file.
         #[arg(short, long)]
@@ -90,10 +109,99 @@ pub enum Command {
         /// The prompt, tokenized as is.
         #[arg(short, long, conflicts_with = "messages", required_unless_present = "messages")]
         prompt: Option<String>,
-        /// A conversation to render with the chat template (with the generation prompt).
+        /// A conversation (JSON) rendered with the model's chat template and a generation prompt.
         #[arg(long)]
         messages: Option<PathBuf>,
+        /// Most tokens to generate.
+        #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
+        n_predict: usize,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        /// Stop when the text contains this string (repeatable).
+        #[arg(long)]
+        stop: Vec<String>,
+        /// Print one JSON object {prompt_ids, generated_ids, text, prompt_tokens_per_s,
+        /// gen_tokens_per_s} instead of streaming text.
+        #[arg(long)]
+        json: bool,
+        /// Write the prompt's forward graph as Graphviz DOT and exit.
+        #[arg(long)]
+        dump_graph: Option<PathBuf>,
+        /// Write the prompt's forward graph as JSON ({"format": "minfer-graph", ...}) and exit.
+        #[arg(long)]
+        dump_graph_json: Option<PathBuf>,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
+    /// Teacher-forced logits: ids[0..=FROM] as the prefill, then one id per decode step; one JSON
+    /// line per position p >= FROM with the top-K [id, logit] pairs for the token after p.
+    Logits {
+        /// The GGUF model file.
+        #[arg(short, long)]
+        model: PathBuf,
+        /// Comma-separated token ids.
+        #[arg(long)]
+        ids: String,
+        /// Last position of the prefill (default 0).
+        #[arg(long, default_value_t = 0)]
+        from: usize,
+        /// Pairs per line.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+}
+
+/// Sampling options (llama.cpp's defaults; `--temp 0` is greedy).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SamplingArgs {
+    /// Temperature; 0 picks the most likely token.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temp: f32,
+    /// Keep the K most likely tokens (0: all).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long = "presence-penalty", default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long = "frequency-penalty", default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Tokens the penalties look back over.
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Random seed (the same seed gives the same text).
+    #[arg(long, default_value_t = 0xC0FFEE)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> crate::generate::SamplerParams {
+        crate::generate::SamplerParams {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed: self.seed,
+        }
+    }
+}
+
+fn parse_ids(s: &str) -> Result<Vec<u32>, CliError> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse::<u32>().map_err(|_| CliError::BadIds(format!("'{t}' is not a token id"))))
+        .collect()
 }
 
 pub fn run_cli(cli: Cli) -> Result<(), CliError> {
@@ -104,13 +212,26 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
         Command::Template { model, messages, no_generation_prompt } => {
             template::run(&mut out, &model, &messages, !no_generation_prompt)
         }
-        Command::Run { model, prompt, messages } => {
+        Command::Run { model, prompt, messages, n_predict, sampling, stop, json, dump_graph, dump_graph_json, engine } => {
             let prompt = match (&prompt, &messages) {
                 (Some(p), None) => run::Prompt::Text(p),
                 (None, Some(m)) => run::Prompt::Messages(m),
                 _ => return Err(CliError::Usage("give exactly one of -p TEXT and --messages FILE")),
             };
-            run::run(&mut out, &model, prompt)
+            let args = run::RunArgs {
+                engine: engine.resolved(),
+                max_tokens: n_predict,
+                sampler: sampling.params(),
+                stop,
+                json,
+                dump_graph,
+                dump_graph_json,
+            };
+            run::run(&mut out, &model, prompt, &args)
+        }
+        Command::Logits { model, ids, from, top, engine } => {
+            let ids = parse_ids(&ids)?;
+            logits::run(&mut out, &model, &ids, from, top, &engine.resolved())
         }
     };
     out.finish(r)

@@ -1,22 +1,33 @@
-//! `minfer run -m MODEL (-p TEXT | --messages FILE.json)`.
-//!
-//! Generation needs the compute graph (the next milestone); until it lands, `run` loads the
-//! model, prints its summary and the prompt's tokens, and says plainly that it cannot generate.
+//! `minfer run`: generate text from a prompt or a conversation.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use serde_json::json;
+
+use super::engine_args::EngineArgs;
 use super::{CliError, Out, model_files};
-use crate::models::HParams;
+use crate::generate::{GenerateParams, SamplerParams, generate};
 
+/// Where the prompt comes from.
 pub enum Prompt<'a> {
     Text(&'a str),
     Messages(&'a Path),
 }
 
-pub fn run(out: &mut Out, model: &Path, prompt: Prompt) -> Result<(), CliError> {
+/// Everything `run` was asked for besides the prompt.
+pub struct RunArgs {
+    pub engine: EngineArgs,
+    pub max_tokens: usize,
+    pub sampler: SamplerParams,
+    pub stop: Vec<String>,
+    pub json: bool,
+    pub dump_graph: Option<PathBuf>,
+    pub dump_graph_json: Option<PathBuf>,
+}
+
+pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(), CliError> {
     let (f, tok) = model_files::open_with_tokenizer(model)?;
-    let hp = HParams::from_gguf(&f)?;
-    hp.check_supported()?;
     let (text, parse_special) = match prompt {
         Prompt::Text(t) => (t.to_string(), false),
         Prompt::Messages(p) => {
@@ -29,18 +40,43 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt) -> Result<(), CliError> 
         ids.extend(tok.bos_id());
     }
     ids.extend(tok.encode(&text, parse_special));
-    out.line(format!(
-        "model: {} ({}, {} layers, n_embd {}, {} heads / {} kv, vocab {})",
-        model.display(),
-        hp.arch,
-        hp.n_layer,
-        hp.n_embd,
-        hp.n_head,
-        hp.n_head_kv,
-        hp.n_vocab
-    ))?;
-    out.line(format!("prompt: {} tokens {:?}", ids.len(), ids))?;
+    let mut engine = a.engine.engine(Arc::new(f), ids.len())?;
+    if a.dump_graph.is_some() || a.dump_graph_json.is_some() {
+        return super::dump::dump_graphs(&engine, ids.len(), a.dump_graph.as_deref(), a.dump_graph_json.as_deref());
+    }
+    let params = GenerateParams {
+        max_tokens: a.max_tokens,
+        sampler: a.sampler.clone(),
+        stop: a.stop.clone(),
+        ubatch: a.engine.ubatch,
+    };
+    let json = a.json;
+    let g = generate(&mut engine, &tok, &ids, &params, &mut |s| {
+        if json {
+            return Ok(());
+        }
+        out.write(s).and_then(|_| out.flush()).map_err(|e| e.to_string())
+    })?;
+    if json {
+        let v = json!({
+            "prompt_ids": g.prompt_ids,
+            "generated_ids": g.generated_ids,
+            "text": g.text,
+            "prompt_tokens_per_s": g.prompt_tokens_per_s(),
+            "gen_tokens_per_s": g.gen_tokens_per_s(),
+        });
+        return out.line(v.to_string());
+    }
+    out.line("")?;
     out.flush()?;
-    eprintln!("minfer: generation is not implemented yet (the compute graph is the next milestone)");
+    eprintln!(
+        "minfer: prompt {} tokens in {:.2} s ({:.1} t/s), generated {} tokens in {:.2} s ({:.1} t/s)",
+        g.prompt_ids.len(),
+        g.prompt_secs,
+        g.prompt_tokens_per_s(),
+        g.generated_ids.len(),
+        g.gen_secs,
+        g.gen_tokens_per_s()
+    );
     Ok(())
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::graph::{
-    Backend, BackendRegistry, BackendScheduler, CParams, CpuBackend, GraphAllocator, GraphCache, GraphError, GraphParams,
+    Backend, BackendRegistry, BackendScheduler, CParams, ComputeGraph, CpuBackend, FusionPass, GraphAllocator, GraphCache, GraphError, GraphParams,
     GraphType, Prepared, WeightStore,
 };
 use crate::models::Model;
@@ -132,6 +132,16 @@ impl Engine {
             cparams: self.cparams,
             weights_version: 1,
         }
+    }
+
+    /// The graph `eval` would run for `n_tokens` tokens and `n_out` logit rows, with backends
+    /// assigned and fusion applied, without allocating or executing it (`--dump-graph`).
+    pub fn preview_graph(&self, n_tokens: usize, n_out: usize) -> Result<(ComputeGraph, GraphParams), EngineError> {
+        let params = self.graph_params(n_tokens, n_out);
+        let mut graph = self.model.def.build_graph(&params)?;
+        self.sched.assign_backends(&mut graph, self.cache.alloc());
+        FusionPass::new().run(&mut graph, self.cache.alloc());
+        Ok((graph, params))
     }
 
     /// Evaluates `tokens` at positions `n_past..`; returns the logits of the last `n_out`

@@ -2,10 +2,12 @@
 
 mod engine;
 mod rng;
+mod run;
 mod sampler;
 mod stop;
 
 pub use engine::{Engine, EngineError, EngineParams, EvalInfo, default_threads, trace_from_env};
 pub use rng::SampleRng;
+pub use run::{GenerateError, GenerateParams, Generation, StopReason, generate};
 pub use sampler::{Sampler, SamplerError, SamplerParams, argmax};
 pub use stop::{StopOutcome, StopStrings};

@@ -1,0 +1,62 @@
+//! The engine options `run` and `logits` share.
+
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::CliError;
+use crate::generate::{Engine, EngineParams, default_threads, trace_from_env};
+use crate::gguf::GgufFile;
+use crate::models::load_model;
+
+#[derive(Debug, Clone, Args)]
+pub struct EngineArgs {
+    /// Worker threads (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Context size in tokens (default 4096, at most the model's training context; never less
+    /// than the prompt).
+    #[arg(long = "ctx")]
+    pub ctx: Option<usize>,
+    /// Prefill in chunks of at most N tokens (default: the whole prompt at once).
+    #[arg(long = "ubatch", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ubatch_arg: Option<u32>,
+    /// Backends allowed to run nodes, comma-separated (cpu, metal, cuda); default: all usable
+    /// (`MINFER_BACKENDS` when set).
+    #[arg(long = "backend")]
+    pub backend: Option<String>,
+    #[arg(skip)]
+    pub ubatch: Option<usize>,
+}
+
+/// The default context when none is asked for.
+pub const DEFAULT_CTX: usize = 4096;
+
+impl EngineArgs {
+    /// Fills derived fields after parsing.
+    pub fn resolved(mut self) -> EngineArgs {
+        self.ubatch = self.ubatch_arg.map(|u| u as usize);
+        self
+    }
+
+    /// An engine for `file`, with a context of at least `min_ctx` tokens.
+    pub fn engine(&self, file: Arc<GgufFile>, min_ctx: usize) -> Result<Engine, CliError> {
+        let model = Arc::new(load_model(file)?);
+        let train = model.hparams().n_ctx_train as usize;
+        let n_ctx = match self.ctx {
+            Some(0) => return Err(CliError::Usage("--ctx must be at least 1")),
+            Some(n) => n,
+            None => DEFAULT_CTX.min(train.max(1)).max(min_ctx),
+        };
+        if min_ctx > n_ctx {
+            return Err(CliError::PromptTooLong { n_prompt: min_ctx, n_ctx });
+        }
+        let p = EngineParams {
+            n_ctx,
+            n_threads: self.threads.unwrap_or_else(default_threads).max(1),
+            backends: self.backend.clone(),
+            trace: trace_from_env(),
+        };
+        Ok(Engine::new(model, &p)?)
+    }
+}
