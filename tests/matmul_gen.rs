@@ -8,7 +8,7 @@ use minfer::quants::*;
 pub struct Rng(pub u32);
 
 impl Rng {
-    pub fn next(&mut self) -> u32 {
+    pub fn next_u32(&mut self) -> u32 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 17;
         self.0 ^= self.0 << 5;
@@ -16,14 +16,14 @@ impl Rng {
     }
     /// Uniform in [0, 1).
     pub fn uniform(&mut self) -> f32 {
-        (self.next() >> 8) as f32 / (1 << 24) as f32
+        (self.next_u32() >> 8) as f32 / (1 << 24) as f32
     }
     /// Roughly normal, mean 0, deviation ~0.58.
     pub fn normal(&mut self) -> f32 {
         (0..4).map(|_| self.uniform()).sum::<f32>() - 2.0
     }
     pub fn sign(&mut self) -> f32 {
-        if self.next() & 1 == 0 { 1.0 } else { -1.0 }
+        if self.next_u32() & 1 == 0 { 1.0 } else { -1.0 }
     }
 }
 
@@ -59,7 +59,7 @@ fn put_f16(b: &mut [u8], at: usize, v: f32) {
 pub fn weight_block(rng: &mut Rng, ty: GgmlType, kind: Kind) -> Vec<u8> {
     let size = ty.type_size();
     let mut b: Vec<u8> = match kind {
-        Kind::Random => (0..size).map(|_| rng.next() as u8).collect(),
+        Kind::Random => (0..size).map(|_| rng.next_u32() as u8).collect(),
         Kind::Zero => vec![0; size],
         Kind::Max => vec![0xff; size],
     };
@@ -94,8 +94,11 @@ pub fn weight_row(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
         _ => {
             let nb = n / ty.block_size();
             let (zero, max) = if nb >= 3 {
-                let z = rng.next() as usize % nb;
-                (Some(z), Some((z + 1 + rng.next() as usize % (nb - 1)) % nb))
+                let z = rng.next_u32() as usize % nb;
+                (
+                    Some(z),
+                    Some((z + 1 + rng.next_u32() as usize % (nb - 1)) % nb),
+                )
             } else {
                 (None, None)
             };
@@ -141,11 +144,11 @@ fn float_row(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
 /// `n` activations: normal at a random scale (1e-3, 1 or 30), one all-zero 32-value block and
 /// one block at full magnitude (alternating ±scale*4) when there is room.
 pub fn activations(rng: &mut Rng, n: usize) -> Vec<f32> {
-    let scale = [1e-3, 1.0, 30.0][rng.next() as usize % 3];
+    let scale = [1e-3, 1.0, 30.0][rng.next_u32() as usize % 3];
     let mut x: Vec<f32> = (0..n).map(|_| rng.normal() * scale).collect();
     if n >= 96 {
         let b = n / 32;
-        let z = rng.next() as usize % b;
+        let z = rng.next_u32() as usize % b;
         x[32 * z..32 * z + 32].fill(0.0);
         let m = (z + 1) % b;
         for (i, v) in x[32 * m..32 * m + 32].iter_mut().enumerate() {

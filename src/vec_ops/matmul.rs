@@ -143,7 +143,7 @@ fn check_shapes(
         return Err(MatmulError::NoColumns);
     }
     let block = ty.block_size();
-    if cols % block != 0 {
+    if !cols.is_multiple_of(block) {
         return Err(MatmulError::RaggedRow { ty, cols, block });
     }
     let expected = rows
@@ -158,7 +158,7 @@ fn check_shapes(
             got: w.data.len(),
         });
     }
-    if x.len() % cols != 0 {
+    if !x.len().is_multiple_of(cols) {
         return Err(MatmulError::InputLength { cols, got: x.len() });
     }
     let tokens = x.len() / cols;
