@@ -40,6 +40,7 @@ pub mod dequant;
 pub mod dot;
 pub mod q8;
 mod scalars;
+pub mod simd;
 mod types;
 
 pub use act::{ActRow, vec_dot_type};

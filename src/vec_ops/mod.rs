@@ -1,5 +1,6 @@
 //! CPU kernels.
 
+pub mod matmul;
 pub mod pool;
 
 pub use pool::{Pool, PoolError};

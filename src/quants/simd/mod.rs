@@ -1,0 +1,382 @@
+//! SIMD dot products, one file per instruction set, chosen at run time (after ggml-cpu's
+//! `arch/*/quants.c` and `cpu-feats.cpp`).
+//!
+//! # Map
+//!
+//! * [`Isa`]: the instruction sets minfer has kernels for, [`active_isa`] (the best one this CPU
+//!   runs, after the `MINFER_NO_*` levers) and [`supported_isas`] (every one it can run).
+//! * [`Kernels`]: a handle on one ISA's kernels, proven runnable; [`Kernels::dot`] is the hot
+//!   call of the matrix multiply.
+//! * [`SimdDot`]: implemented by every weight block type; ties it to its kernel in each ISA.
+//! * [`vec_dot_row_isa`] / [`vec_dot_isa`]: checked one-off dots with an explicit ISA (tests).
+//! * `x86_avx2.rs`, `x86_avx512.rs`, `aarch64_neon.rs`: the kernels. `unsafe` lives only there.
+//!   The scalar ISA is the reference dots of [`dot`](super::dot).
+//!
+//! # Levers
+//!
+//! Detection runs once (a [`OnceLock`] holds its result). `MINFER_NO_AVX2=1` drops x86 to
+//! scalar, `MINFER_NO_AVX512=1` drops AVX-512 to AVX2, `MINFER_NO_NEON=1` drops aarch64 to
+//! scalar. They steer [`active_isa`] only; [`Kernels::for_isa`] runs any ISA the CPU has.
+//!
+//! # Numerics: which ggml kernel each one mirrors
+//!
+//! llama.cpp's reference logits come from its x86 build with AVX-512 (+VNNI, +BF16) and its
+//! single-token path (`ggml_vec_dot_*`; the llamafile sgemm only runs for two or more tokens).
+//! In that build every quantized `ggml_vec_dot_*` takes its `__AVX2__` branch; AVX-512 VNNI only
+//! replaces `maddubs`+`madd` by `vpdpbusd` inside `mul_sum_us8_pairs_float`, which gives the
+//! same integers. Inside a block all sums are exact integers, so the float result depends only on
+//! *which* integers meet *which* float accumulator lane, and in what order. The x86 kernels here
+//! reproduce that lane layout and order:
+//!
+//! | weight · act | ggml kernel (x86) | AVX2 here | AVX-512 here |
+//! | --- | --- | --- | --- |
+//! | Q4_0, Q5_0, Q8_0 · Q8_0 | `acc = fma(d, lanes, acc)`, `hsum_float_8` | same order | same order (VNNI) |
+//! | Q4_1, Q5_1 · Q8_1 | same, `+ summs` (`m*s` summed in f32, FMA-contracted by GCC) | same order | same order (VNNI) |
+//! | Q2_K … Q6_K · Q8_K | per-block 8 i32 lanes (`(i%32)/4`), mins via `bsums`, `fma`, `hsum_float_8` | same order | same order (AVX2 code) |
+//! | F32 · F32 | `ggml_vec_dot_f32`, `GGML_F32_STEP` accumulators + reduce | AVX build: 4×8 lanes | AVX-512 build: 4×16 lanes |
+//! | F16 · F16 | `ggml_vec_dot_f16`, same layout, f64 tail | AVX build | AVX-512 build |
+//! | BF16 · BF16 | `ggml_vec_dot_bf16` | AVX2 build: 4×8 lanes `mul`+`add` | AVX512_BF16 build: `vdpbf16ps` emulated (exact products, odd then even) |
+//!
+//! "Same order" is checked bit for bit against ggml's own SIMD kernels compiled on this machine
+//! (`tests/matmul_dots.rs` reads `tests/data/q8-oracle.jsonl`). Known differences: ggml's
+//! `vdpbf16ps` flushes subnormal inputs and outputs to zero, the emulation does not; the
+//! `sign_epi8` trick of ggml (mirrored) gets `x * -128` wrong for `x < 0`, which the x86
+//! activation quantizers never produce from finite input. The NEON kernels do not follow ggml's
+//! ARM order (their float sums differ in the last bits); see `aarch64_neon.rs`.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use super::blocks::*;
+use super::dequant::blocks_of;
+use super::dot::VecDot;
+use super::q8::ActBlock;
+use super::scalars::{Bf16Le, F16Le, F32Le};
+use super::{ActRow, GgmlType, QuantError};
+
+#[cfg(target_arch = "aarch64")]
+mod aarch64_neon;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512;
+
+/// An instruction set minfer has dot-product kernels for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// The scalar reference dots (ggml's generic order); runs everywhere.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL + VNNI (plus AVX2, FMA, F16C).
+    Avx512,
+    /// aarch64 Advanced SIMD, without the dot-product extension.
+    Neon,
+    /// aarch64 Advanced SIMD with `SDOT` (the `dotprod` feature).
+    NeonDotprod,
+}
+
+impl Isa {
+    /// Every ISA, weakest first within each architecture.
+    pub const ALL: [Isa; 5] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::Avx512,
+        Isa::Neon,
+        Isa::NeonDotprod,
+    ];
+
+    /// A short lower-case name (`"avx512"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+            Isa::NeonDotprod => "neon+dotprod",
+        }
+    }
+
+    /// Whether this CPU can run the ISA's kernels (the `MINFER_NO_*` levers do not matter here).
+    pub fn is_supported(self) -> bool {
+        Kernels::for_isa(self).is_ok()
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Errors of the ISA-explicit entry points.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SimdError {
+    /// An ISA this CPU (or this build's architecture) cannot run.
+    #[error("the {isa} kernels cannot run on this CPU")]
+    Unsupported { isa: Isa },
+    /// Bad rows or types, as for the scalar [`vec_dot_row`](super::vec_dot_row).
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+}
+
+/// What detection found: one proof token per runnable ISA.
+#[derive(Debug, Clone, Copy)]
+struct Detected {
+    #[cfg(target_arch = "x86_64")]
+    avx2: Option<x86_avx2::Avx2>,
+    #[cfg(target_arch = "x86_64")]
+    avx512: Option<x86_avx512::Avx512>,
+    #[cfg(target_arch = "aarch64")]
+    neon: Option<aarch64_neon::Neon>,
+    #[cfg(target_arch = "aarch64")]
+    neon_dotprod: Option<aarch64_neon::Neon>,
+}
+
+fn detected() -> &'static Detected {
+    static DETECTED: OnceLock<Detected> = OnceLock::new();
+    DETECTED.get_or_init(|| Detected {
+        #[cfg(target_arch = "x86_64")]
+        avx2: x86_avx2::Avx2::detect(),
+        #[cfg(target_arch = "x86_64")]
+        avx512: x86_avx512::Avx512::detect(),
+        #[cfg(target_arch = "aarch64")]
+        neon: aarch64_neon::Neon::detect(false),
+        #[cfg(target_arch = "aarch64")]
+        neon_dotprod: aarch64_neon::Neon::detect(true),
+    })
+}
+
+/// Whether environment variable `name` is set to `1`.
+fn lever(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "1")
+}
+
+/// The best ISA of this CPU after the `MINFER_NO_AVX2`, `MINFER_NO_AVX512` and `MINFER_NO_NEON`
+/// levers, decided once per process.
+pub fn active_isa() -> Isa {
+    static ACTIVE: OnceLock<Isa> = OnceLock::new();
+    *ACTIVE.get_or_init(|| {
+        let best = |order: &[Isa]| {
+            order
+                .iter()
+                .copied()
+                .find(|i| i.is_supported())
+                .unwrap_or(Isa::Scalar)
+        };
+        if cfg!(target_arch = "x86_64") {
+            if lever("MINFER_NO_AVX2") {
+                Isa::Scalar
+            } else if lever("MINFER_NO_AVX512") {
+                best(&[Isa::Avx2])
+            } else {
+                best(&[Isa::Avx512, Isa::Avx2])
+            }
+        } else if cfg!(target_arch = "aarch64") && !lever("MINFER_NO_NEON") {
+            best(&[Isa::NeonDotprod, Isa::Neon])
+        } else {
+            Isa::Scalar
+        }
+    })
+}
+
+/// Every ISA this CPU can run, [`Isa::Scalar`] first.
+pub fn supported_isas() -> Vec<Isa> {
+    Isa::ALL.into_iter().filter(|i| i.is_supported()).collect()
+}
+
+/// The kernels of one ISA, proven runnable on this CPU (holding one is the proof).
+#[derive(Debug, Clone, Copy)]
+pub struct Kernels(Backend);
+
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Scalar,
+    #[cfg(target_arch = "x86_64")]
+    Avx2(x86_avx2::Avx2),
+    #[cfg(target_arch = "x86_64")]
+    Avx512(x86_avx512::Avx512),
+    #[cfg(target_arch = "aarch64")]
+    Neon(Isa, aarch64_neon::Neon),
+}
+
+impl Kernels {
+    /// The kernels of `isa`. Errors with [`SimdError::Unsupported`] if this CPU lacks it.
+    pub fn for_isa(isa: Isa) -> Result<Kernels, SimdError> {
+        let d = detected();
+        let backend = match isa {
+            Isa::Scalar => Some(Backend::Scalar),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => d.avx2.map(Backend::Avx2),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => d.avx512.map(Backend::Avx512),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => d.neon.map(|t| Backend::Neon(isa, t)),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDotprod => d.neon_dotprod.map(|t| Backend::Neon(isa, t)),
+            #[allow(unreachable_patterns)]
+            _ => {
+                let _ = d;
+                None
+            }
+        };
+        backend.map(Kernels).ok_or(SimdError::Unsupported { isa })
+    }
+
+    /// The kernels of [`active_isa`].
+    pub fn active() -> Kernels {
+        // The active ISA was chosen among the supported ones.
+        Kernels::for_isa(active_isa()).unwrap_or(Kernels(Backend::Scalar))
+    }
+
+    /// The ISA these kernels belong to.
+    pub fn isa(&self) -> Isa {
+        match self.0 {
+            Backend::Scalar => Isa::Scalar,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2(_) => Isa::Avx2,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(_) => Isa::Avx512,
+            #[cfg(target_arch = "aarch64")]
+            Backend::Neon(isa, _) => isa,
+        }
+    }
+
+    /// Dot product of a weight row with an activation row. Both should hold the same number of
+    /// values; if not, the shorter one decides how many blocks are used (checked variant:
+    /// [`vec_dot_isa`]). Never reads out of bounds.
+    #[inline]
+    pub fn dot<W: SimdDot>(&self, w: &[W], a: &[W::Act]) -> f32 {
+        match self.0 {
+            Backend::Scalar => W::vec_dot(w, a),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2(t) => W::avx2(t, w, a),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => W::avx512(t, w, a),
+            #[cfg(target_arch = "aarch64")]
+            Backend::Neon(_, t) => W::neon(t, w, a),
+        }
+    }
+}
+
+/// A weight block type with a kernel in every ISA (for its `vec_dot_type` activations).
+///
+/// The per-ISA methods take the ISA's proof token, so they cannot be reached on a CPU that lacks
+/// the ISA; call them through [`Kernels::dot`].
+pub trait SimdDot: VecDot {
+    #[cfg(target_arch = "x86_64")]
+    #[doc(hidden)]
+    fn avx2(t: x86_avx2::Avx2, w: &[Self], a: &[Self::Act]) -> f32;
+    #[cfg(target_arch = "x86_64")]
+    #[doc(hidden)]
+    fn avx512(t: x86_avx512::Avx512, w: &[Self], a: &[Self::Act]) -> f32;
+    #[cfg(target_arch = "aarch64")]
+    #[doc(hidden)]
+    fn neon(t: aarch64_neon::Neon, w: &[Self], a: &[Self::Act]) -> f32;
+}
+
+/// `impl SimdDot` for each weight block type, naming the kernel of each ISA file.
+macro_rules! simd_dot {
+    ($($w:ty => $k:ident),* $(,)?) => {$(
+        impl SimdDot for $w {
+            #[cfg(target_arch = "x86_64")]
+            #[inline]
+            fn avx2(t: x86_avx2::Avx2, w: &[Self], a: &[Self::Act]) -> f32 {
+                t.$k(w, a)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[inline]
+            fn avx512(t: x86_avx512::Avx512, w: &[Self], a: &[Self::Act]) -> f32 {
+                t.$k(w, a)
+            }
+            #[cfg(target_arch = "aarch64")]
+            #[inline]
+            fn neon(t: aarch64_neon::Neon, w: &[Self], a: &[Self::Act]) -> f32 {
+                t.$k(w, a)
+            }
+        }
+    )*};
+}
+
+simd_dot! {
+    F32Le => f32, F16Le => f16, Bf16Le => bf16,
+    BlockQ4_0 => q4_0, BlockQ4_1 => q4_1, BlockQ5_0 => q5_0, BlockQ5_1 => q5_1, BlockQ8_0 => q8_0,
+    BlockQ2K => q2_k, BlockQ3K => q3_k, BlockQ4K => q4_k, BlockQ5K => q5_k, BlockQ6K => q6_k,
+}
+
+/// Checked dot with an explicit ISA: errors with [`QuantError::DotLength`] unless both rows hold
+/// the same number of values, [`SimdError::Unsupported`] if the CPU lacks `isa`.
+pub fn vec_dot_isa<W: SimdDot>(isa: Isa, w: &[W], a: &[W::Act]) -> Result<f32, SimdError> {
+    let k = Kernels::for_isa(isa)?;
+    let (weights, acts) = (w.len() * W::N, a.len() * W::Act::N);
+    if weights != acts {
+        return Err(QuantError::DotLength {
+            ty: W::TYPE,
+            weights,
+            acts,
+        }
+        .into());
+    }
+    Ok(k.dot(w, a))
+}
+
+/// [`vec_dot_row`](super::vec_dot_row) with an explicit ISA: one weight row of type `ty` as raw
+/// bytes (any alignment) with an activation row of `ty`'s activation type. Same errors as
+/// `vec_dot_row`, plus [`SimdError::Unsupported`].
+pub fn vec_dot_row_isa(isa: Isa, ty: GgmlType, w: &[u8], act: &ActRow) -> Result<f32, SimdError> {
+    let k = Kernels::for_isa(isa)?;
+    let dot: Result<f32, QuantError> = crate::with_weight_block!(ty, B => {
+        let a = <B as VecDot>::Act::blocks_in(act).ok_or_else(|| QuantError::ActMismatch {
+            weight: ty,
+            expected: <<B as VecDot>::Act as ActBlock>::TYPE,
+            got: act.act_type(),
+        })?;
+        let blocks = blocks_of::<B>(w, act.len())?;
+        Ok(k.dot(blocks, a))
+    });
+    Ok(dot?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalar_always_runs_and_active_is_supported() {
+        assert!(Isa::Scalar.is_supported());
+        assert!(active_isa().is_supported());
+        assert_eq!(supported_isas()[0], Isa::Scalar);
+        assert_eq!(Kernels::active().isa(), active_isa());
+    }
+
+    #[test]
+    fn isas_of_another_architecture_are_unsupported() {
+        #[cfg(target_arch = "x86_64")]
+        let foreign = [Isa::Neon, Isa::NeonDotprod];
+        #[cfg(target_arch = "aarch64")]
+        let foreign = [Isa::Avx2, Isa::Avx512];
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        let foreign = [Isa::Avx2, Isa::Neon];
+        for isa in foreign {
+            assert_eq!(
+                Kernels::for_isa(isa).unwrap_err(),
+                SimdError::Unsupported { isa }
+            );
+        }
+    }
+
+    #[test]
+    fn dot_length_mismatch_is_an_error() {
+        let w = [BlockQ8_0::default(); 2];
+        let a = [BlockQ8_0::default(); 1];
+        let err = vec_dot_isa(Isa::Scalar, &w, &a).unwrap_err();
+        assert_eq!(
+            err,
+            SimdError::Quant(QuantError::DotLength {
+                ty: GgmlType::Q8_0,
+                weights: 64,
+                acts: 32
+            })
+        );
+    }
+}

@@ -1,0 +1,599 @@
+//! x86-64 AVX2 + FMA + F16C kernels, mirroring the `__AVX2__` branches of ggml's
+//! `ggml-cpu/arch/x86/quants.c` and the AVX (8-lane) build of `ggml-cpu/vec.cpp`.
+//!
+//! Every quantized kernel reproduces ggml's float arithmetic exactly: the per-block integer
+//! lanes (`mul_sum_*_pairs_float` and the K-quant `madd` layout: lane `k` of a block takes the
+//! values `i` with `(i % 32) / 4 == k`), one `fma` per block into 8 f32 lanes, then
+//! `hsum_float_8`. Integer sums are exact, so how they are computed may differ from ggml; the
+//! lane layout and float order may not. The 32-value-block kernels are written once, in
+//! [`block32_kernels`], and expanded here and in `x86_avx512.rs` with that file's integer
+//! multiply (`vpdpbusd`). The K-quant kernels are used by both files as they are.
+
+use std::arch::x86_64::*;
+
+use crate::quants::blocks::*;
+use crate::quants::scalars::{Bf16Le, F16Le, F32Le};
+
+/// Proof that this CPU runs AVX2, FMA and F16C: only [`Avx2::detect`] makes one.
+#[derive(Debug, Clone, Copy)]
+pub struct Avx2 {
+    _proof: (),
+}
+
+impl Avx2 {
+    /// `Some` if the CPU has AVX2, FMA and F16C.
+    pub(super) fn detect() -> Option<Avx2> {
+        let ok = is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c");
+        ok.then_some(Avx2 { _proof: () })
+    }
+}
+
+/// Safe entry points: each calls the `#[target_feature]` kernel of the same name.
+macro_rules! entries {
+    ($token:ty, $why:literal; $($name:ident => $kernel:path : ($w:ty, $a:ty);)*) => {
+        impl $token {$(
+            #[inline]
+            pub fn $name(self, w: &[$w], a: &[$a]) -> f32 {
+                // SAFETY: a token exists only where detection found every feature the kernel
+                // enables ($why).
+                unsafe { $kernel(w, a) }
+            }
+        )*}
+    };
+}
+pub(super) use entries;
+
+entries! { Avx2, "avx2, fma, f16c";
+    f32 => f32_dot: (F32Le, f32);
+    f16 => f16_dot: (F16Le, F16Le);
+    bf16 => bf16_dot: (Bf16Le, Bf16Le);
+    q4_0 => q4_0: (BlockQ4_0, BlockQ8_0);
+    q4_1 => q4_1: (BlockQ4_1, BlockQ8_1);
+    q5_0 => q5_0: (BlockQ5_0, BlockQ8_0);
+    q5_1 => q5_1: (BlockQ5_1, BlockQ8_1);
+    q8_0 => q8_0: (BlockQ8_0, BlockQ8_0);
+    q2_k => q2_k: (BlockQ2K, BlockQ8K);
+    q3_k => q3_k: (BlockQ3K, BlockQ8K);
+    q4_k => q4_k: (BlockQ4K, BlockQ8K);
+    q5_k => q5_k: (BlockQ5K, BlockQ8K);
+    q6_k => q6_k: (BlockQ6K, BlockQ8K);
+}
+
+// ---- loads (the only unsafe code of the kernels: raw-pointer reads of whole arrays)
+
+/// One-byte element types (`u8`, `i8`): an array of N of them is N readable bytes.
+pub(super) trait Byte: Copy {}
+impl Byte for u8 {}
+impl Byte for i8 {}
+
+/// Two-byte float storage types (`F16Le`, `Bf16Le`): an array of N is 2N readable bytes.
+pub(super) trait Half: Copy {}
+impl Half for F16Le {}
+impl Half for Bf16Le {}
+
+/// 16 bytes as a vector.
+#[inline]
+pub(super) fn ld128<T: Byte>(b: &[T; 16]) -> __m128i {
+    // SAFETY: `T` is `u8` or `i8` (`Byte` is sealed to them), so `b` is 16 readable bytes;
+    // loadu needs no alignment.
+    unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+}
+
+/// 32 bytes as a vector.
+#[inline]
+#[target_feature(enable = "avx")]
+pub(super) fn ld256<T: Byte>(b: &[T; 32]) -> __m256i {
+    // SAFETY: `T` is `u8` or `i8`, so `b` is 32 readable bytes; loadu needs no alignment.
+    unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+}
+
+/// The 16 `i16` block sums of a Q8_K block as one vector.
+#[inline]
+#[target_feature(enable = "avx")]
+pub(super) fn ld_bsums(b: &[i16; 16]) -> __m256i {
+    // SAFETY: `b` is 32 readable bytes; loadu needs no alignment.
+    unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
+}
+
+/// 8 f32 from 32 little-endian bytes.
+#[inline]
+#[target_feature(enable = "avx")]
+fn ld_f32x8(b: &[F32Le; 8]) -> __m256 {
+    // SAFETY: `b` is 32 readable bytes; loadu needs no alignment; x86 is little-endian.
+    unsafe { _mm256_loadu_ps(b.as_ptr().cast()) }
+}
+
+/// 8 f32 from a slice chunk.
+#[inline]
+#[target_feature(enable = "avx")]
+fn ld_f32x8n(b: &[f32; 8]) -> __m256 {
+    // SAFETY: `b` is 8 readable f32; loadu needs no alignment.
+    unsafe { _mm256_loadu_ps(b.as_ptr()) }
+}
+
+/// 8 halves (f16 or bf16 bit patterns) as 16 bytes.
+#[inline]
+pub(super) fn ld_half8<H: Half>(b: &[H; 8]) -> __m128i {
+    // SAFETY: `H` is `F16Le` or `Bf16Le` (two bytes each), so `b` is 16 readable bytes; loadu
+    // needs no alignment.
+    unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+}
+
+// ---- shared helpers (also used by x86_avx512.rs)
+
+/// `GGML_CPU_FP16_TO_FP32` (F16C, exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn f16(h: F16Le) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
+}
+
+/// ggml's `hsum_float_8`: `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn hsum_float_8(x: __m256) -> f32 {
+    let r = _mm_add_ps(_mm256_extractf128_ps::<1>(x), _mm256_castps256_ps128(x));
+    let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    let r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+/// 32 nibbles → 32 bytes in value order: low nibbles of `qs` then high nibbles.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn bytes_from_nibbles_32(qs: &[u8; 16]) -> __m256i {
+    let t = ld128(qs);
+    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+}
+
+/// Bit `i` of the little-endian `qh` → byte `i` = 0xFF if set, else 0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn bytes_from_bits_32(qh: &[u8; 4]) -> __m256i {
+    let v = _mm256_set1_epi32(i32::from_le_bytes(*qh));
+    // byte i takes source byte i / 8
+    let spread = _mm256_shuffle_epi8(
+        v,
+        _mm256_set_epi64x(
+            0x0303030303030303,
+            0x0202020202020202,
+            0x0101010101010101,
+            0,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+}
+
+/// Unsigned × signed bytes, 4 neighbours summed into each i32 lane, as f32 (AVX2 flavour:
+/// `maddubs` then `madd` with ones; the i16 pair sums cannot saturate for ggml's operands).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_us8_pairs_float(ax: __m256i, sy: __m256i) -> __m256 {
+    let dot = _mm256_maddubs_epi16(ax, sy);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot))
+}
+
+/// Signed × signed bytes via ggml's `sign_epi8` trick, then [`mul_sum_us8_pairs_float`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mul_sum_i8_pairs_float(x: __m256i, y: __m256i) -> __m256 {
+    mul_sum_us8_pairs_float(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// The 32-value-block kernels (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), one definition for AVX2 and
+/// AVX-512: expanded with the target features of the invoking file, and with that file's
+/// `mul_sum_us8_pairs_float` / `mul_sum_i8_pairs_float` (looked up where the macro is used).
+///
+/// Per block: `lanes` = 8 i32 (lane `k` = values `4k..4k+4`), `acc = fma(d, lanes, acc)`;
+/// result `hsum_float_8(acc)`, plus for Q4_1/Q5_1 `summs = fma(m, s, summs)` added last (GCC
+/// contracts ggml's `summs += m * s` into an FMA).
+macro_rules! block32_kernels {
+    ($features:literal) => {
+        #[target_feature(enable = $features)]
+        fn q4_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
+            let mut acc = _mm256_setzero_ps();
+            for (x, y) in w.iter().zip(a) {
+                let d = _mm256_set1_ps(f16(x.d) * f16(y.d));
+                let qx = _mm256_sub_epi8(bytes_from_nibbles_32(&x.qs), _mm256_set1_epi8(8));
+                let q = mul_sum_i8_pairs_float(qx, ld256(&y.qs));
+                acc = _mm256_fmadd_ps(d, q, acc);
+            }
+            hsum_float_8(acc)
+        }
+
+        #[target_feature(enable = $features)]
+        fn q4_1(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+            let mut acc = _mm256_setzero_ps();
+            let mut summs = 0.0f32;
+            for (x, y) in w.iter().zip(a) {
+                summs = f16(x.m).mul_add(f16(y.s), summs);
+                let d = _mm256_set1_ps(f16(x.d) * f16(y.d));
+                let q = mul_sum_us8_pairs_float(bytes_from_nibbles_32(&x.qs), ld256(&y.qs));
+                acc = _mm256_fmadd_ps(d, q, acc);
+            }
+            hsum_float_8(acc) + summs
+        }
+
+        #[target_feature(enable = $features)]
+        fn q5_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
+            let mut acc = _mm256_setzero_ps();
+            for (x, y) in w.iter().zip(a) {
+                let d = _mm256_set1_ps(f16(x.d) * f16(y.d));
+                // q - 16: bytes whose fifth bit is clear become nibble | 0xF0 (= nibble - 16).
+                let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
+                let qx = _mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi);
+                let q = mul_sum_i8_pairs_float(qx, ld256(&y.qs));
+                acc = _mm256_fmadd_ps(d, q, acc);
+            }
+            hsum_float_8(acc)
+        }
+
+        #[target_feature(enable = $features)]
+        fn q5_1(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> f32 {
+            let mut acc = _mm256_setzero_ps();
+            let mut summs = 0.0f32;
+            for (x, y) in w.iter().zip(a) {
+                summs = f16(x.m).mul_add(f16(y.s), summs);
+                let hi = _mm256_and_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(0x10));
+                let qx = _mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi);
+                let q = mul_sum_us8_pairs_float(qx, ld256(&y.qs));
+                acc = _mm256_fmadd_ps(q, _mm256_set1_ps(f16(x.d) * f16(y.d)), acc);
+            }
+            hsum_float_8(acc) + summs
+        }
+
+        #[target_feature(enable = $features)]
+        fn q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
+            let mut acc = _mm256_setzero_ps();
+            for (x, y) in w.iter().zip(a) {
+                let d = _mm256_set1_ps(f16(x.d) * f16(y.d));
+                let q = mul_sum_i8_pairs_float(ld256(&x.qs), ld256(&y.qs));
+                acc = _mm256_fmadd_ps(d, q, acc);
+            }
+            hsum_float_8(acc)
+        }
+    };
+}
+pub(super) use block32_kernels;
+
+block32_kernels!("avx2,fma,f16c");
+
+// ---- K-quants (shared with x86_avx512.rs, which runs them unchanged as ggml does)
+
+/// The 32 quants of Q8_K block `y` starting at value `32c`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q8(y: &BlockQ8K, c: usize) -> __m256i {
+    let (chunks, _) = y.qs.as_chunks::<32>();
+    ld256(&chunks[c])
+}
+
+/// `(i16 scale a for bytes 0..16, b for bytes 16..32)` as 16 i16 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scales16(a: i16, b: i16) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a))
+}
+
+/// Lane-wise `sc * (q · q8)` for one 32-value chunk whose two halves have i16 scales `sc`:
+/// `maddubs` into i16 pairs, `madd` with the scales into the 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scaled_chunk(q: __m256i, q8: __m256i, sc: __m256i) -> __m256i {
+    _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, q8))
+}
+
+/// `ggml_vec_dot_q2_K_q8_K`: per block `acc = fma(-yd*dmin, mins·bsums lanes, acc)` then
+/// `acc = fma(yd*d, lanes, acc)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16(x.d);
+        let dmin = -y.d * f16(x.dmin);
+        let packed = ld128(&x.scales);
+        let scales = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
+        let mins = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0f));
+        let prod = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins), ld_bsums(&y.bsums));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+        let sc: [i16; 16] = bytemuck::cast(_mm256_cvtepi8_epi16(scales));
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let (qs, _) = x.qs.as_chunks::<32>();
+            let bits = ld256(&qs[h]);
+            let s = |c: usize| scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
+            let q0 = _mm256_and_si256(bits, m3);
+            let q1 = _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3);
+            let q2 = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3);
+            let q3 = _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3);
+            let p0 = scaled_chunk(q0, q8(y, 4 * h), s(0));
+            let p1 = scaled_chunk(q1, q8(y, 4 * h + 1), s(1));
+            let p2 = scaled_chunk(q2, q8(y, 4 * h + 2), s(2));
+            let p3 = scaled_chunk(q3, q8(y, 4 * h + 3), s(3));
+            let p = _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3));
+            sumi = _mm256_add_epi32(sumi, p);
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_float_8(acc)
+}
+
+/// `ggml_vec_dot_q3_K_q8_K`: `q = low - 4 * !high`, computed as `low·q8 - (4 if high clear)·q8`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16(x.d);
+        let sc = x.scales().map(i16::from);
+        let hbits = ld256(&x.hmask);
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let (qs, _) = x.qs.as_chunks::<32>();
+            let bits = ld256(&qs[h]);
+            for c in 0..4 {
+                let low = _mm256_and_si256(shr16(bits, 2 * c), m3);
+                let bit = _mm256_set1_epi8((1u8 << (4 * h + c)) as i8);
+                let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), _mm256_setzero_si256());
+                let sub = _mm256_and_si256(clear, four);
+                let yq = q8(y, 4 * h + c);
+                let p16 =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(low, yq), _mm256_maddubs_epi16(sub, yq));
+                let s = scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p16));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_float_8(acc)
+}
+
+/// Bytes of `v` shifted right by `n` (0, 2, 4 or 6) bits, as 16-bit shifts (callers mask).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn shr16(v: __m256i, n: usize) -> __m256i {
+    _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
+}
+
+/// Shared body of Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales; `quant(j)` gives the
+/// quants of values `64j..64j+32` and `64j+32..64j+64`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_lanes(sc: &[u8; 8], y: &BlockQ8K, quant: impl Fn(usize) -> (__m256i, __m256i)) -> __m256i {
+    let mut sumi = _mm256_setzero_si256();
+    for j in 0..4 {
+        let (lo, hi) = quant(j);
+        let s0 = _mm256_set1_epi16(i16::from(sc[2 * j]));
+        let s1 = _mm256_set1_epi16(i16::from(sc[2 * j + 1]));
+        let p0 = scaled_chunk(lo, q8(y, 2 * j), s0);
+        let p1 = scaled_chunk(hi, q8(y, 2 * j + 1), s1);
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+    }
+    sumi
+}
+
+/// `mins[l]·(bsums of sub-block l)` summed in pairs: 4 i32 lanes, lane `l` = sub-blocks
+/// `2l, 2l+1` (ggml's `hadd_epi16` + `madd_epi16`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_min_lanes(m: &[u8; 8], y: &BlockQ8K) -> __m128i {
+    let bs = ld_bsums(&y.bsums);
+    let sums32 = _mm_hadd_epi16(
+        _mm256_castsi256_si128(bs),
+        _mm256_extracti128_si256::<1>(bs),
+    );
+    let mins = _mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(*m)));
+    _mm_madd_epi16(mins, sums32)
+}
+
+/// `ggml_vec_dot_q4_K_q8_K`: mins in a 4-lane accumulator added after `hsum_float_8`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q4_k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16(x.d);
+        let dmin = -y.d * f16(x.dmin);
+        let (sc, m) = k4_scales_mins(&x.scales);
+        let prod = k4_min_lanes(&m, y);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        let (qs, _) = x.qs.as_chunks::<32>();
+        let sumi = k4_lanes(&sc, y, |j| {
+            let bits = ld256(&qs[j]);
+            (
+                _mm256_and_si256(bits, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4),
+            )
+        });
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    let acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    let acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+    hsum_float_8(acc) + _mm_cvtss_f32(acc_m)
+}
+
+/// `ggml_vec_dot_q5_K_q8_K`: mins as one integer per block, `summs = fma(dmin, mins, summs)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let sixteen = _mm256_set1_epi8(0x10);
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16(x.d);
+        let dmin = -y.d * f16(x.dmin);
+        let (sc, m) = k4_scales_mins(&x.scales);
+        let mins: [i32; 4] = bytemuck::cast(k4_min_lanes(&m, y));
+        let isum = (mins[0] + mins[1]) + (mins[2] + mins[3]);
+        summs = dmin.mul_add(isum as f32, summs);
+        let hbits = ld256(&x.qh);
+        let (qs, _) = x.qs.as_chunks::<32>();
+        let high = |b: usize| {
+            let bit = _mm256_set1_epi8((1u8 << b) as i8);
+            _mm256_and_si256(
+                _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit),
+                sixteen,
+            )
+        };
+        let sumi = k4_lanes(&sc, y, |j| {
+            let bits = ld256(&qs[j]);
+            let lo = _mm256_or_si256(_mm256_and_si256(bits, m4), high(2 * j));
+            let hi = _mm256_srli_epi16::<4>(bits);
+            let hi = _mm256_or_si256(_mm256_and_si256(hi, m4), high(2 * j + 1));
+            (lo, hi)
+        });
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_float_8(acc) + summs
+}
+
+/// `ggml_vec_dot_q6_K_q8_K`: unsigned 6-bit quants, the `-32` applied per lane through
+/// `32 * (bsums · scales)` (lane `k` = sub-blocks `2k, 2k+1`), one `fma` per block.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(3);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in w.iter().zip(a) {
+        let d = y.d * f16(x.d);
+        let scales = ld128(&x.scales);
+        let sub = _mm256_madd_epi16(ld_bsums(&y.bsums), _mm256_cvtepi8_epi16(scales));
+        let sub = _mm256_slli_epi32::<5>(sub);
+        let sc = x.scales.map(i16::from);
+        let (ql, _) = x.ql.as_chunks::<32>();
+        let (qh, _) = x.qh.as_chunks::<32>();
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let b1 = ld256(&ql[2 * h]);
+            let b2 = ld256(&ql[2 * h + 1]);
+            let hb = ld256(&qh[h]);
+            let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3));
+            let h1 = _mm256_slli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(12)));
+            let h2 = _mm256_and_si256(hb, _mm256_set1_epi8(48));
+            let h3 = _mm256_srli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(-64)));
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(b1, m4), h0),
+                _mm256_or_si256(_mm256_and_si256(b2, m4), h1),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4), h2),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4), h3),
+            ];
+            for (c, q) in q.into_iter().enumerate() {
+                let s = scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
+                sumi = _mm256_add_epi32(sumi, scaled_chunk(q, q8(y, 4 * h + c), s));
+            }
+        }
+        let sumi = _mm256_sub_epi32(sumi, sub);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_float_8(acc)
+}
+
+// ---- float rows: ggml_vec_dot_{f32,f16,bf16} as an AVX2 build compiles them
+
+/// `GGML_F32x8_REDUCE` of 4 accumulators: `(s0+s2)+(s1+s3)`, halves, then two `hadd`s.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn reduce4x8(s: [__m256; 4]) -> f32 {
+    let x = _mm256_add_ps(_mm256_add_ps(s[0], s[2]), _mm256_add_ps(s[1], s[3]));
+    let t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps::<1>(x));
+    let t1 = _mm_hadd_ps(t0, t0);
+    _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+}
+
+/// The tail of `ggml_vec_dot_f32` (`for (; i < n; ++i) sumf += x[i]*y[i];`) as GCC 12 `-O3`
+/// compiles it: the products of the first `M * (len / M)` values are vectorized (plain `mul`,
+/// then added in order), the last `len % M` are contracted into FMAs. `M` is 4 in the AVX2
+/// build, 8 in the AVX-512 build.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn f32_tail<const M: usize>(x: &[F32Le], y: &[f32], mut sumf: f32) -> f32 {
+    let unfused = x.len().min(y.len()) / M * M;
+    for (i, (a, b)) in x.iter().zip(y).enumerate() {
+        sumf = if i < unfused {
+            sumf + a.to_f32() * b
+        } else {
+            a.to_f32().mul_add(*b, sumf)
+        };
+    }
+    sumf
+}
+
+/// `ggml_vec_dot_f32` (AVX): 4×8 FMA lanes over steps of 32, `GGML_F32x8_REDUCE`, then the tail
+/// in f32 ([`f32_tail`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f32_dot(x: &[F32Le], y: &[f32]) -> f32 {
+    let n = x.len().min(y.len());
+    let (x, y) = (&x[..n], &y[..n]);
+    let (xs, xt) = x.as_chunks::<32>();
+    let (ys, yt) = y.as_chunks::<32>();
+    let mut s = [_mm256_setzero_ps(); 4];
+    for (xc, yc) in xs.iter().zip(ys) {
+        let (xv, _) = xc.as_chunks::<8>();
+        let (yv, _) = yc.as_chunks::<8>();
+        for j in 0..4 {
+            s[j] = _mm256_fmadd_ps(ld_f32x8(&xv[j]), ld_f32x8n(&yv[j]), s[j]);
+        }
+    }
+    let sumf = reduce4x8(s);
+    f32_tail::<4>(xt, yt, sumf)
+}
+
+/// `ggml_vec_dot_f16` (AVX + F16C): as [`f32_dot`] on converted halves, tail in f64.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_dot(x: &[F16Le], y: &[F16Le]) -> f32 {
+    let n = x.len().min(y.len());
+    let (xs, xt) = x[..n].as_chunks::<32>();
+    let (ys, yt) = y[..n].as_chunks::<32>();
+    let mut s = [_mm256_setzero_ps(); 4];
+    for (xc, yc) in xs.iter().zip(ys) {
+        let (xv, _) = xc.as_chunks::<8>();
+        let (yv, _) = yc.as_chunks::<8>();
+        for j in 0..4 {
+            let a = _mm256_cvtph_ps(ld_half8(&xv[j]));
+            let b = _mm256_cvtph_ps(ld_half8(&yv[j]));
+            s[j] = _mm256_fmadd_ps(a, b, s[j]);
+        }
+    }
+    let mut sumf = f64::from(reduce4x8(s));
+    for (a, b) in xt.iter().zip(yt) {
+        sumf += f64::from(f16(*a) * f16(*b));
+    }
+    sumf as f32
+}
+
+/// 8 bf16 → 8 f32 (the 16 bits become the high half).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bf16x8(b: &[Bf16Le; 8]) -> __m256 {
+    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(ld_half8(b))))
+}
+
+/// `ggml_vec_dot_bf16` (AVX2 branch): 4×8 lanes of `c = x*y + c` (no FMA) over steps of 32,
+/// `(c1+c3)+(c2+c4)`, `hsum`, tail in f64.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bf16_dot(x: &[Bf16Le], y: &[Bf16Le]) -> f32 {
+    let n = x.len().min(y.len());
+    let (xs, xt) = x[..n].as_chunks::<32>();
+    let (ys, yt) = y[..n].as_chunks::<32>();
+    let mut c = [_mm256_setzero_ps(); 4];
+    for (xc, yc) in xs.iter().zip(ys) {
+        let (xv, _) = xc.as_chunks::<8>();
+        let (yv, _) = yc.as_chunks::<8>();
+        for j in 0..4 {
+            c[j] = _mm256_add_ps(_mm256_mul_ps(bf16x8(&xv[j]), bf16x8(&yv[j])), c[j]);
+        }
+    }
+    let all = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
+    let mut sumf = f64::from(hsum_float_8(all));
+    for (a, b) in xt.iter().zip(yt) {
+        sumf += f64::from(a.to_f32() * b.to_f32());
+    }
+    sumf as f32
+}

@@ -1,0 +1,284 @@
+//! Quantized matrix × activations, as llama.cpp's CPU backend computes `ggml_mul_mat` for one
+//! token (`ggml_compute_forward_mul_mat`, without the llamafile sgemm).
+//!
+//! Each token's activation row is quantized once to the weight's `vec_dot_type` with the x86
+//! quantizers ([`ActRow::for_weight`]); every output element is then one dot of (weight row,
+//! activation row) by the kernel of the chosen ISA ([`Kernels::dot`]), plus the bias in f32
+//! (llama.cpp adds biases as a separate `ggml_add`: `out = dot + bias`, one rounding).
+//!
+//! # Invariance
+//!
+//! Work is split by output rows (ownership split, see [`Pool`]): a worker owns a tile of
+//! [`ROW_TILE`] weight rows and computes all their outputs, for every token, reusing each weight
+//! row from cache across the tokens. Every output element is computed by the same dot routine on
+//! the same two rows whatever the thread count, the tiling or the number of tokens, so results
+//! are bit-identical for any thread count, and prefill (many tokens) equals decode (one token at
+//! a time) bit for bit. llama.cpp itself does not have the second property: with two or more
+//! tokens it switches to the llamafile sgemm, which sums in another order.
+
+use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
+use crate::quants::{ActBlock, ActRow, GgmlType, QuantError, VecDot, blocks_of};
+
+use super::Pool;
+
+/// Weight rows per parallel work item.
+pub const ROW_TILE: usize = 16;
+
+/// A weight matrix as a GGUF tensor of shape `[cols, rows]` (ggml's `ne = [in, out]`) stores
+/// it: `rows` rows of `cols` values each, row-major, each row a whole number of `ty` blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct WeightMatrix<'a> {
+    pub ty: GgmlType,
+    /// `[rows][cols / block_size]` blocks of `ty`, any alignment.
+    pub data: &'a [u8],
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+}
+
+impl WeightMatrix<'_> {
+    /// Bytes of one row (`cols` must be a multiple of the block size for this to be exact).
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.ty.block_size() * self.ty.type_size()
+    }
+}
+
+/// Why a matrix product was refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum MatmulError {
+    /// A weight type minfer has no dot product for (the activation-only Q8_1 and Q8_K).
+    #[error("{ty} is not a weight type minfer can multiply with")]
+    UnsupportedType { ty: GgmlType },
+    /// A matrix with rows of no values.
+    #[error("weight matrix has 0 columns")]
+    NoColumns,
+    /// Rows that are not a whole number of blocks.
+    #[error("rows of {cols} values are not a multiple of the {ty} block size {block}")]
+    RaggedRow {
+        ty: GgmlType,
+        cols: usize,
+        block: usize,
+    },
+    /// Weight data of the wrong size.
+    #[error("{ty} weight matrix {rows}x{cols} needs {expected} bytes, got {got}")]
+    WeightBytes {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        got: usize,
+    },
+    /// A matrix whose byte size overflows `usize`.
+    #[error("weight matrix {rows}x{cols} of {ty} is too large to address")]
+    TooLarge {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+    },
+    /// Input that is not a whole number of rows of `cols` values.
+    #[error("input of {got} values is not a whole number of rows of {cols}")]
+    InputLength { cols: usize, got: usize },
+    /// Output of the wrong size for `tokens` rows of `rows` values.
+    #[error("output of {got} values, expected {expected} ({tokens} tokens x {rows} rows)")]
+    OutputLength {
+        rows: usize,
+        tokens: usize,
+        expected: usize,
+        got: usize,
+    },
+    /// A bias that is not one value per output row.
+    #[error("bias of {got} values for {rows} output rows")]
+    BiasLength { rows: usize, got: usize },
+    /// The ISA asked for cannot run here.
+    #[error(transparent)]
+    Simd(#[from] SimdError),
+    /// A failure of the quant layer (not expected once the shapes are checked).
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+}
+
+/// `out[t][r] = dot(w[r], x[t]) + bias[r]` with the active ISA's kernels ([`Kernels::active`]).
+///
+/// * `x`: `[nt][cols]` token-major activations (`nt = x.len() / cols`, may be 0);
+/// * `bias`: `[rows]`, added after the dot;
+/// * `out`: `[nt][rows]` token-major.
+///
+/// Errors: a [`MatmulError`] for every length or type mismatch; nothing panics on bad input.
+pub fn matmul(
+    pool: &Pool,
+    w: &WeightMatrix,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), MatmulError> {
+    matmul_with(pool, Kernels::active(), w, x, bias, out)
+}
+
+/// [`matmul`] with the kernels of an explicit ISA (`Isa::Scalar` runs the reference dots).
+/// Errors with [`MatmulError::Simd`] if this CPU cannot run `isa`.
+pub fn matmul_with_isa(
+    pool: &Pool,
+    w: &WeightMatrix,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    isa: Isa,
+) -> Result<(), MatmulError> {
+    matmul_with(pool, Kernels::for_isa(isa)?, w, x, bias, out)
+}
+
+/// Checks every length; returns the number of tokens.
+fn check_shapes(
+    w: &WeightMatrix,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    out: &[f32],
+) -> Result<usize, MatmulError> {
+    let (ty, rows, cols) = (w.ty, w.rows, w.cols);
+    if !ty.is_weight_type() {
+        return Err(MatmulError::UnsupportedType { ty });
+    }
+    if cols == 0 {
+        return Err(MatmulError::NoColumns);
+    }
+    let block = ty.block_size();
+    if !cols.is_multiple_of(block) {
+        return Err(MatmulError::RaggedRow { ty, cols, block });
+    }
+    let expected = rows
+        .checked_mul(w.row_bytes())
+        .ok_or(MatmulError::TooLarge { ty, rows, cols })?;
+    if w.data.len() != expected {
+        return Err(MatmulError::WeightBytes {
+            ty,
+            rows,
+            cols,
+            expected,
+            got: w.data.len(),
+        });
+    }
+    if !x.len().is_multiple_of(cols) {
+        return Err(MatmulError::InputLength { cols, got: x.len() });
+    }
+    let tokens = x.len() / cols;
+    // tokens * rows <= x.len() * rows / cols; compute it checked all the same.
+    let expected = tokens
+        .checked_mul(rows)
+        .ok_or(MatmulError::TooLarge { ty, rows, cols })?;
+    if out.len() != expected {
+        return Err(MatmulError::OutputLength {
+            rows,
+            tokens,
+            expected,
+            got: out.len(),
+        });
+    }
+    if let Some(b) = bias
+        && b.len() != rows
+    {
+        return Err(MatmulError::BiasLength { rows, got: b.len() });
+    }
+    Ok(tokens)
+}
+
+fn matmul_with(
+    pool: &Pool,
+    kernels: Kernels,
+    w: &WeightMatrix,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), MatmulError> {
+    let tokens = check_shapes(w, x, bias, out)?;
+    if tokens == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
+    crate::with_weight_block!(w.ty, B => multiply::<B>(pool, kernels, w, &acts, bias, out))?;
+    Ok(())
+}
+
+/// Each token's row of `x` (`[tokens][cols]`) as `ty`'s activation type, quantized in parallel
+/// over tokens (each row by one worker, so the result does not depend on the thread count).
+fn quantize_tokens(
+    pool: &Pool,
+    ty: GgmlType,
+    x: &[f32],
+    cols: usize,
+) -> Result<Vec<ActRow>, QuantError> {
+    let tokens = x.len() / cols;
+    if tokens == 1 {
+        return Ok(vec![ActRow::for_weight(ty, x)?]);
+    }
+    let mut slots: Vec<Option<Result<ActRow, QuantError>>> = (0..tokens).map(|_| None).collect();
+    pool.for_each_item_mut(&mut slots, 1, |t, slot| {
+        slot[0] = Some(ActRow::for_weight(ty, &x[t * cols..(t + 1) * cols]));
+    });
+    slots
+        .into_iter()
+        .map(|s| s.unwrap_or(Err(QuantError::NotActType { ty })))
+        .collect()
+}
+
+/// The product for weight blocks `W`, shapes already checked: `acts` is `[tokens]`, `out`
+/// `[tokens][rows]`.
+fn multiply<W>(
+    pool: &Pool,
+    kernels: Kernels,
+    w: &WeightMatrix,
+    acts: &[ActRow],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<(), QuantError>
+where
+    W: SimdDot + Sync,
+    <W as VecDot>::Act: Sync,
+{
+    let per_row = w.cols / W::N;
+    let blocks: &[W] = blocks_of::<W>(w.data, w.rows * w.cols)?; // [rows][per_row]
+    let acts: Vec<&[W::Act]> = acts
+        .iter()
+        .map(|a| {
+            <W as VecDot>::Act::blocks_in(a).ok_or(QuantError::ActMismatch {
+                weight: w.ty,
+                expected: <<W as VecDot>::Act as ActBlock>::TYPE,
+                got: a.act_type(),
+            })
+        })
+        .collect::<Result<_, _>>()?; // [tokens][per_row]
+    // The one routine every output element goes through.
+    let element = |r: usize, t: usize| {
+        let dot = kernels.dot(&blocks[r * per_row..(r + 1) * per_row], acts[t]);
+        bias.map_or(dot, |b| dot + b[r])
+    };
+    let rows = w.rows;
+    if acts.len() == 1 {
+        pool.for_each_item_mut(out, ROW_TILE, |tile, piece| {
+            for (j, o) in piece.iter_mut().enumerate() {
+                *o = element(tile * ROW_TILE + j, 0);
+            }
+        });
+        return Ok(());
+    }
+    // tiles[i][t]: token t's outputs for rows i*ROW_TILE.. — disjoint pieces of `out`, so a
+    // worker owns every output of its rows.
+    let mut tiles: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(ROW_TILE))
+        .map(|_| Vec::with_capacity(acts.len()))
+        .collect();
+    for token_out in out.chunks_mut(rows) {
+        for (tile, piece) in tiles.iter_mut().zip(token_out.chunks_mut(ROW_TILE)) {
+            tile.push(piece);
+        }
+    }
+    pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
+        let tile = &mut tile[0];
+        let n_rows = tile.first().map_or(0, |p| p.len());
+        for j in 0..n_rows {
+            for (t, piece) in tile.iter_mut().enumerate() {
+                piece[j] = element(i * ROW_TILE + j, t);
+            }
+        }
+    });
+    Ok(())
+}
