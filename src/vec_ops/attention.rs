@@ -25,9 +25,8 @@
 //! (llama.cpp's own batched path runs `kqv` through llamafile's sgemm and is not batch
 //! invariant; minfer follows its single-token path for every batch size.)
 
-use super::dot::{DOT_STEP, dot_k, fma_row_k};
+use super::dot::{DOT_STEP, dot_rows_k, fma_rows_k};
 use super::error::{OpsError, check_len, rows_of};
-use super::expf::reduce16;
 use super::isa::{Isa, Kernels};
 use super::pool::Pool;
 use super::softmax::{mask_scale, normalize_k};
@@ -122,16 +121,13 @@ fn head(k: Kernels, a: &AttnArgs, g: &Geometry, t: usize, h: usize, out: &mut [f
     let n = a.positions[t] as usize + 1;
     let q = &a.q[(t * a.n_head + h) * hd..][..hd];
     let kv_off = (h / g.group) * hd;
-    let (kv_width, a_k, a_v) = (g.kv_width, a.k_cache, a.v_cache);
-    let k_row = |j: usize| &a_k[j * kv_width + kv_off..][..hd];
-    let v_row = |j: usize| &a_v[j * kv_width + kv_off..][..hd];
+    // Row j of these is cell j's head: `[j * kv_width..][..hd]`.
+    let (k_rows, v_rows) = (&a.k_cache[kv_off..], &a.v_cache[kv_off..]);
 
     // Scores, padded with masked entries to a multiple of 16 (see the module docs).
     let padded = n.div_ceil(16) * 16;
     let mut kq = vec![0.0f32; padded];
-    for (j, s) in kq[..n].iter_mut().enumerate() {
-        *s = dot_k(k, k_row(j), q);
-    }
+    dot_rows_k(k, q, k_rows, g.kv_width, &mut kq[..n]);
     let mut w = vec![0.0f32; padded];
     mask_scale(&kq, a.scale, n, &mut w);
     let probs = &mut kq;
@@ -140,24 +136,34 @@ fn head(k: Kernels, a: &AttnArgs, g: &Geometry, t: usize, h: usize, out: &mut [f
     // kqv: slot j % 64 accumulates cell j, for all head_dim output dims at once.
     let slots = n.min(DOT_STEP);
     let mut acc = vec![0.0f32; slots * hd];
-    for (j, &p) in probs[..n].iter().enumerate() {
-        fma_row_k(k, &mut acc[(j % DOT_STEP) * hd..][..hd], p, v_row(j));
-    }
+    fma_rows_k(k, &mut acc, hd, &probs[..n], v_rows, g.kv_width);
     reduce_slots(&acc, hd, out);
 }
 
 /// The reduction of ggml_vec_dot_f32 applied to `head_dim` dot products at once: slot `s`
-/// (`s < 64`, absent slots are +0) is lane `s % 16` of accumulator `s / 16`; accumulators
-/// combine as `(a0 + a2) + (a1 + a3)`, then lanes by the `_mm512_reduce_add_ps` tree.
+/// (`s < 64`; absent slots are +0, what an accumulator lane holds when no cell reached it)
+/// is lane `s % 16` of accumulator `s / 16`; the accumulators combine as
+/// `(a0 + a2) + (a1 + a3)`, then the 16 lanes by the `_mm512_reduce_add_ps` tree. Every step
+/// is an element-wise sum of rows, the same additions per output dim as ggml's.
 fn reduce_slots(acc: &[f32], hd: usize, out: &mut [f32]) {
-    let slots = acc.len() / hd;
-    let slot = |s: usize, d: usize| if s < slots { acc[s * hd + d] } else { 0.0 };
-    let mut lanes = [0.0f32; 16];
-    for (d, o) in out.iter_mut().enumerate().take(hd) {
-        for (l, v) in lanes.iter_mut().enumerate() {
-            *v = (slot(l, d) + slot(32 + l, d)) + (slot(16 + l, d) + slot(48 + l, d));
+    let zero = vec![0.0f32; hd];
+    let slot = |s: usize| acc.get(s * hd..(s + 1) * hd).unwrap_or(&zero);
+    let mut lanes = vec![0.0f32; 16 * hd];
+    for (l, lane) in lanes.chunks_exact_mut(hd).enumerate() {
+        let (a0, a1, a2, a3) = (slot(l), slot(16 + l), slot(32 + l), slot(48 + l));
+        for d in 0..hd {
+            lane[d] = (a0[d] + a2[d]) + (a1[d] + a3[d]);
         }
-        *o = reduce16(&lanes);
+    }
+    // 16 -> 8 -> 4 -> 2 lanes: lane l += lane l + half, in place.
+    for half in [8, 4, 2] {
+        let (lo, hi) = lanes.split_at_mut(half * hd);
+        for (x, y) in lo.iter_mut().zip(&hi[..half * hd]) {
+            *x = *y + *x;
+        }
+    }
+    for ((o, x), y) in out.iter_mut().zip(&lanes[..hd]).zip(&lanes[hd..2 * hd]) {
+        *o = x + y;
     }
 }
 

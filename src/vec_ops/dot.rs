@@ -45,7 +45,8 @@ pub(crate) fn dot_k(k: Kernels, x: &[f32], y: &[f32]) -> f32 {
 /// then one 8-value group if at least 8 remain, add rounded products one by one; the last
 /// (fewer than 8) values go through the scalar epilogue, where the contraction makes each
 /// step one FMA.
-fn leftover(x: &[f32], y: &[f32], mut sum: f32) -> f32 {
+#[inline]
+pub(crate) fn leftover(x: &[f32], y: &[f32], mut sum: f32) -> f32 {
     let n = x.len().min(y.len());
     let mut rounded = n / 16 * 16;
     if n - rounded >= 8 {
@@ -85,22 +86,48 @@ pub(crate) fn reduce_acc(acc: &[[f32; 16]; 4]) -> f32 {
     super::expf::reduce16(&s)
 }
 
-/// `acc[i] = fma(p, v[i], acc[i])` for `i < min(acc.len(), v.len())`.
+/// `out[j] = dot_f32(q, row j)` for every `j`, row `j` being `rows[j*stride..][..q.len()]`
+/// (attention's scores: one query against the keys of a strided cache).
 #[inline]
-pub(crate) fn fma_row_k(k: Kernels, acc: &mut [f32], p: f32, v: &[f32]) {
+pub(crate) fn dot_rows_k(k: Kernels, q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
     match k {
-        Kernels::Scalar => fma_row_scalar(acc, p, v),
+        Kernels::Scalar => {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = dot_k(Kernels::Scalar, q, &rows[j * stride..][..q.len()]);
+            }
+        }
         #[cfg(target_arch = "x86_64")]
-        Kernels::Avx2(t) => t.fma_row(acc, p, v),
+        Kernels::Avx2(t) => t.dot_rows(q, rows, stride, out),
         #[cfg(target_arch = "x86_64")]
-        Kernels::Avx512(t) => t.fma_row(acc, p, v),
+        Kernels::Avx512(t) => t.dot_rows(q, rows, stride, out),
     }
 }
 
-/// The scalar twin of `fma_row`.
-pub(crate) fn fma_row_scalar(acc: &mut [f32], p: f32, v: &[f32]) {
-    for (a, &vi) in acc.iter_mut().zip(v) {
-        *a = p.mul_add(vi, *a);
+/// For every `j < probs.len()`: `acc[slot] = fma(probs[j], row j, acc[slot])` element-wise,
+/// slot `j % 64` being `acc[(j % 64) * hd..][..hd]` and row `j` `rows[j*stride..][..hd]`
+/// (attention's V sum, see `attention`).
+#[inline]
+pub(crate) fn fma_rows_k(
+    k: Kernels,
+    acc: &mut [f32],
+    hd: usize,
+    probs: &[f32],
+    rows: &[f32],
+    stride: usize,
+) {
+    match k {
+        Kernels::Scalar => {
+            for (j, &p) in probs.iter().enumerate() {
+                let slot = &mut acc[(j % DOT_STEP) * hd..][..hd];
+                for (a, &v) in slot.iter_mut().zip(&rows[j * stride..][..hd]) {
+                    *a = p.mul_add(v, *a);
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Avx2(t) => t.fma_rows(acc, hd, probs, rows, stride),
+        #[cfg(target_arch = "x86_64")]
+        Kernels::Avx512(t) => t.fma_rows(acc, hd, probs, rows, stride),
     }
 }
 

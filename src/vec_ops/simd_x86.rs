@@ -16,6 +16,7 @@
 
 use std::arch::x86_64::*;
 
+use super::dot::{DOT_STEP, leftover};
 use super::expf::{C1, C2, C3, C4, C5, LN2_HI, LN2_LO, LOG2E, N_LIMIT, ROUND};
 
 /// Proof that this CPU has AVX2 and FMA.
@@ -55,10 +56,24 @@ impl Avx2 {
         unsafe { avx2::dot_blocks(x, y) }
     }
 
-    /// `acc[i] = fma(p, v[i], acc[i])` for every `i`.
-    pub(crate) fn fma_row(self, acc: &mut [f32], p: f32, v: &[f32]) {
+    /// `out[j] = dot_f32(q, row j)` (row `j` = `rows[j*stride..][..q.len()]`) for every `j`.
+    pub(crate) fn dot_rows(self, q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
         // SAFETY: as in `silu_blocks`.
-        unsafe { avx2::fma_row(acc, p, v) }
+        unsafe { avx2::dot_rows(q, rows, stride, out) }
+    }
+
+    /// For every `j`: `acc[slot] = fma(probs[j], row j, acc[slot])`, slot `j % 64` being
+    /// `acc[(j % 64) * hd..][..hd]` and row `j` `rows[j*stride..][..hd]`.
+    pub(crate) fn fma_rows(
+        self,
+        acc: &mut [f32],
+        hd: usize,
+        probs: &[f32],
+        rows: &[f32],
+        stride: usize,
+    ) {
+        // SAFETY: as in `silu_blocks`.
+        unsafe { avx2::fma_rows(acc, hd, probs, rows, stride) }
     }
 }
 
@@ -93,9 +108,21 @@ impl Avx512 {
         unsafe { avx512::dot_blocks(x, y) }
     }
 
-    pub(crate) fn fma_row(self, acc: &mut [f32], p: f32, v: &[f32]) {
+    pub(crate) fn dot_rows(self, q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
         // SAFETY: as in `silu_blocks`.
-        unsafe { avx512::fma_row(acc, p, v) }
+        unsafe { avx512::dot_rows(q, rows, stride, out) }
+    }
+
+    pub(crate) fn fma_rows(
+        self,
+        acc: &mut [f32],
+        hd: usize,
+        probs: &[f32],
+        rows: &[f32],
+        stride: usize,
+    ) {
+        // SAFETY: as in `silu_blocks`.
+        unsafe { avx512::fma_rows(acc, hd, probs, rows, stride) }
     }
 }
 
@@ -111,6 +138,27 @@ fn reduce16(lo: __m256, hi: __m256) -> f32 {
 
 mod avx512 {
     use super::*;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    pub(super) fn dot_rows(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+        let n = q.len();
+        for (j, o) in out.iter_mut().enumerate() {
+            let r = &rows[j * stride..][..n];
+            let (done, sum) = dot_blocks(q, r);
+            *o = leftover(&q[done..], &r[done..], sum);
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    pub(super) fn fma_rows(acc: &mut [f32], hd: usize, probs: &[f32], rows: &[f32], stride: usize) {
+        for (j, &p) in probs.iter().enumerate() {
+            fma_row(
+                &mut acc[(j % DOT_STEP) * hd..][..hd],
+                p,
+                &rows[j * stride..][..hd],
+            );
+        }
+    }
 
     /// `ggml_v_expf`, AVX-512 build.
     #[inline]
@@ -206,6 +254,7 @@ mod avx512 {
         (n, sum)
     }
 
+    #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
     pub(super) fn dot_blocks(x: &[f32], y: &[f32]) -> (usize, f32) {
         let n = x.len().min(y.len()) / 64 * 64;
@@ -225,8 +274,9 @@ mod avx512 {
         (n, reduce(_mm512_add_ps(s02, s13)))
     }
 
+    #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
-    pub(super) fn fma_row(acc: &mut [f32], p: f32, v: &[f32]) {
+    fn fma_row(acc: &mut [f32], p: f32, v: &[f32]) {
         let n = acc.len().min(v.len());
         let n16 = n / 16 * 16;
         let vp = _mm512_set1_ps(p);
@@ -252,6 +302,27 @@ mod avx512 {
 
 mod avx2 {
     use super::*;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn dot_rows(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+        let n = q.len();
+        for (j, o) in out.iter_mut().enumerate() {
+            let r = &rows[j * stride..][..n];
+            let (done, sum) = dot_blocks(q, r);
+            *o = leftover(&q[done..], &r[done..], sum);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn fma_rows(acc: &mut [f32], hd: usize, probs: &[f32], rows: &[f32], stride: usize) {
+        for (j, &p) in probs.iter().enumerate() {
+            fma_row(
+                &mut acc[(j % DOT_STEP) * hd..][..hd],
+                p,
+                &rows[j * stride..][..hd],
+            );
+        }
+    }
 
     /// `ggml_v_expf` of the AVX-512 build on 8 lanes (not ggml's own AVX2 variant).
     #[inline]
@@ -349,6 +420,7 @@ mod avx2 {
         (n, sum)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn dot_blocks(x: &[f32], y: &[f32]) -> (usize, f32) {
         let n = x.len().min(y.len()) / 64 * 64;
@@ -369,8 +441,9 @@ mod avx2 {
         (n, reduce16(lo, hi))
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn fma_row(acc: &mut [f32], p: f32, v: &[f32]) {
+    fn fma_row(acc: &mut [f32], p: f32, v: &[f32]) {
         let n = acc.len().min(v.len());
         let n8 = n / 8 * 8;
         let vp = _mm256_set1_ps(p);
