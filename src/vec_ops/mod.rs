@@ -1,6 +1,42 @@
 //! CPU kernels.
+//!
+//! * [`pool`]: the ownership-split worker pool.
+//! * [`isa`](Isa): the instruction set the kernels run with (results do not depend on it).
+//! * [`norm`]: `rms_norm` (+ weight), Qwen3's per-head `qk_norm`.
+//! * [`rope`]: NeoX rotary embedding with ggml's iterative cos/sin tables.
+//! * [`act`]: `add`, `mul`, `silu`, the fused `swiglu`.
+//! * [`softmax`]: ggml's `soft_max_ext`.
+//! * [`dot`]: ggml's f32 dot product.
+//! * [`attention`]: grouped-query attention over an f32 KV region, `kv_store`.
+//! * [`get_rows`]: embedding lookup and row selection.
+//! * [`matmul`]: quantized matrix products (activations quantized as ggml does, int8 dots).
+//!
+//! Buffers are f32 and token-major: an activation of `nt` tokens and `d` features is `nt` rows
+//! of `d` values. Each kernel's docs say what it mirrors of llama.cpp's CPU backend and what
+//! matches it bit for bit.
 
+pub mod act;
+pub mod attention;
+pub mod dot;
+mod error;
+pub mod expf;
+pub mod get_rows;
+pub mod isa;
 pub mod matmul;
+pub mod norm;
 pub mod pool;
+pub mod rope;
+#[cfg(target_arch = "x86_64")]
+mod simd_x86;
+pub mod softmax;
 
+pub use act::{add, add_inplace, mul, mul_inplace, silu, silu_with, swiglu, swiglu_with};
+pub use attention::{AttnArgs, attention, attention_with, kv_store};
+pub use dot::{dot_f32, dot_f32_with};
+pub use error::OpsError;
+pub use get_rows::{get_rows, select_rows};
+pub use isa::Isa;
+pub use norm::{qk_norm, qk_norm_inplace, rms_norm, rms_norm_inplace};
 pub use pool::{Pool, PoolError};
+pub use rope::{RopeCache, rope_neox};
+pub use softmax::{soft_max, soft_max_row, soft_max_row_with, soft_max_with};

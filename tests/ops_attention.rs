@@ -1,0 +1,357 @@
+//! Attention: against a naive f64 implementation (budget), batch invariance (a prefill gives
+//! every token the bits it gets alone in a decode step), thread-count independence, and the
+//! error cases of `attention` and `kv_store`.
+
+use minfer::vec_ops::{self, AttnArgs, Isa, OpsError, Pool};
+
+fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            ((s >> 8) as f32 / (1u32 << 23) as f32 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+struct Geo {
+    hd: usize,
+    nh: usize,
+    nkv: usize,
+}
+
+const GEOS: [Geo; 3] = [
+    Geo {
+        hd: 64,
+        nh: 14,
+        nkv: 2,
+    },
+    Geo {
+        hd: 128,
+        nh: 4,
+        nkv: 4,
+    },
+    Geo {
+        hd: 40,
+        nh: 6,
+        nkv: 3,
+    },
+];
+
+fn args<'a>(
+    g: &Geo,
+    q: &'a [f32],
+    kc: &'a [f32],
+    vc: &'a [f32],
+    positions: &'a [i32],
+) -> AttnArgs<'a> {
+    AttnArgs {
+        q,
+        k_cache: kc,
+        v_cache: vc,
+        positions,
+        n_head: g.nh,
+        n_head_kv: g.nkv,
+        head_dim: g.hd,
+        scale: 1.0 / (g.hd as f32).sqrt(),
+    }
+}
+
+fn naive(a: &AttnArgs) -> Vec<f64> {
+    let (hd, nh) = (a.head_dim, a.n_head);
+    let w = a.n_head_kv * hd;
+    let mut out = vec![0.0; a.q.len()];
+    for (t, &p) in a.positions.iter().enumerate() {
+        for h in 0..nh {
+            let q = &a.q[(t * nh + h) * hd..][..hd];
+            let kv = h / (nh / a.n_head_kv) * hd;
+            let scores: Vec<f64> = (0..=p as usize)
+                .map(|j| {
+                    let k = &a.k_cache[j * w + kv..][..hd];
+                    q.iter()
+                        .zip(k)
+                        .map(|(x, y)| *x as f64 * *y as f64)
+                        .sum::<f64>()
+                        * a.scale as f64
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for d in 0..hd {
+                out[(t * nh + h) * hd + d] = e
+                    .iter()
+                    .enumerate()
+                    .map(|(j, ej)| ej / z * a.v_cache[j * w + kv + d] as f64)
+                    .sum();
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_against_naive_f64() {
+    let pool = Pool::new(2).unwrap();
+    for g in &GEOS {
+        let n_ctx = 300;
+        let w = g.nkv * g.hd;
+        let (kc, vc) = (rng(1, n_ctx * w, 1.5), rng(2, n_ctx * w, 1.5));
+        let positions = [0, 3, 64, 130, 299];
+        let q = rng(3, positions.len() * g.nh * g.hd, 1.5);
+        let a = args(g, &q, &kc, &vc, &positions);
+        let mut out = vec![0.0; q.len()];
+        vec_ops::attention(&pool, &a, &mut out).unwrap();
+        let want = naive(&a);
+        let worst = out
+            .iter()
+            .zip(&want)
+            .map(|(o, w)| (*o as f64 - w).abs())
+            .fold(0.0, f64::max);
+        // Outputs are convex combinations of values within 1.5; f32 scores over up to 128 terms.
+        assert!(worst < 2e-6, "hd {} worst {worst}", g.hd);
+        // Position 0 attends only cell 0: the output is V's row 0 exactly.
+        for h in 0..g.nh {
+            let kv = h / (g.nh / g.nkv) * g.hd;
+            assert_eq!(&out[h * g.hd..][..g.hd], &vc[kv..][..g.hd]);
+        }
+    }
+}
+
+#[test]
+fn prefill_of_9_equals_9_decode_steps_bitwise() {
+    let pool = Pool::new(2).unwrap();
+    for g in &GEOS {
+        let n_ctx = 16;
+        let nt = 9;
+        let w = g.nkv * g.hd;
+        let (k_new, v_new) = (rng(4, nt * w, 1.0), rng(5, nt * w, 1.0));
+        let q = rng(6, nt * g.nh * g.hd, 1.0);
+        let positions: Vec<i32> = (0..nt as i32).collect();
+
+        // Prefill: store the 9 rows, attend all 9 tokens at once.
+        let (mut kc, mut vc) = (vec![0.0; n_ctx * w], vec![0.0; n_ctx * w]);
+        vec_ops::kv_store(&k_new, &v_new, &positions, n_ctx, &mut kc, &mut vc).unwrap();
+        let mut prefill = vec![0.0; q.len()];
+        vec_ops::attention(&pool, &args(g, &q, &kc, &vc, &positions), &mut prefill).unwrap();
+
+        // Decode: one token per step, the cache growing by one row each time.
+        let (mut kc, mut vc) = (vec![0.0; n_ctx * w], vec![0.0; n_ctx * w]);
+        let qw = g.nh * g.hd;
+        for t in 0..nt {
+            let cell = [t as i32];
+            vec_ops::kv_store(
+                &k_new[t * w..][..w],
+                &v_new[t * w..][..w],
+                &cell,
+                n_ctx,
+                &mut kc,
+                &mut vc,
+            )
+            .unwrap();
+            let mut one = vec![0.0; qw];
+            vec_ops::attention(
+                &pool,
+                &args(g, &q[t * qw..][..qw], &kc, &vc, &cell),
+                &mut one,
+            )
+            .unwrap();
+            assert_eq!(
+                bits(&one),
+                bits(&prefill[t * qw..][..qw]),
+                "hd {} token {t}",
+                g.hd
+            );
+        }
+
+        // A prefill of 4 then 5 decode steps as well.
+        let (mut kc, mut vc) = (vec![0.0; n_ctx * w], vec![0.0; n_ctx * w]);
+        vec_ops::kv_store(
+            &k_new[..4 * w],
+            &v_new[..4 * w],
+            &positions[..4],
+            n_ctx,
+            &mut kc,
+            &mut vc,
+        )
+        .unwrap();
+        let mut first = vec![0.0; 4 * qw];
+        vec_ops::attention(
+            &pool,
+            &args(g, &q[..4 * qw], &kc, &vc, &positions[..4]),
+            &mut first,
+        )
+        .unwrap();
+        assert_eq!(bits(&first), bits(&prefill[..4 * qw]));
+    }
+}
+
+#[test]
+fn thread_count_does_not_change_bits() {
+    let g = &GEOS[0];
+    let n_ctx = 200;
+    let w = g.nkv * g.hd;
+    let (kc, vc) = (rng(7, n_ctx * w, 1.0), rng(8, n_ctx * w, 1.0));
+    let positions: Vec<i32> = (0..13).map(|i| i * 15).collect();
+    let q = rng(9, positions.len() * g.nh * g.hd, 1.0);
+    let a = args(g, &q, &kc, &vc, &positions);
+    let mut reference = vec![0.0; q.len()];
+    vec_ops::attention(&Pool::new(1).unwrap(), &a, &mut reference).unwrap();
+    for threads in [2, 3] {
+        for isa in Isa::supported() {
+            let mut out = vec![0.0; q.len()];
+            vec_ops::attention_with(isa, &Pool::new(threads).unwrap(), &a, &mut out).unwrap();
+            assert_eq!(bits(&out), bits(&reference), "{threads} threads {isa:?}");
+        }
+    }
+}
+
+#[test]
+fn attention_errors() {
+    let pool = Pool::new(1).unwrap();
+    let g = Geo {
+        hd: 8,
+        nh: 4,
+        nkv: 2,
+    };
+    let (kc, vc) = (vec![0.0; 10 * 16], vec![0.0; 10 * 16]);
+    let q = vec![0.0; 32];
+    let mut out = vec![0.0; 32];
+    let ok = args(&g, &q, &kc, &vc, &[9]);
+    vec_ops::attention(&pool, &ok, &mut out).unwrap();
+
+    let e = vec_ops::attention(&pool, &args(&g, &q, &kc, &vc, &[10]), &mut out).unwrap_err();
+    assert_eq!(
+        e,
+        OpsError::Position {
+            token: 0,
+            pos: 10,
+            n_ctx: 10
+        }
+    );
+    let e = vec_ops::attention(&pool, &args(&g, &q, &kc, &vc, &[-1]), &mut out).unwrap_err();
+    assert_eq!(
+        e,
+        OpsError::Position {
+            token: 0,
+            pos: -1,
+            n_ctx: 10
+        }
+    );
+    let e = vec_ops::attention(&pool, &AttnArgs { n_head_kv: 3, ..ok }, &mut out).unwrap_err();
+    assert_eq!(
+        e,
+        OpsError::HeadGroups {
+            n_head: 4,
+            n_head_kv: 3
+        }
+    );
+    assert!(matches!(
+        vec_ops::attention(&pool, &AttnArgs { n_head_kv: 0, ..ok }, &mut out),
+        Err(OpsError::HeadGroups { .. })
+    ));
+    assert!(matches!(
+        vec_ops::attention(&pool, &AttnArgs { head_dim: 0, ..ok }, &mut out),
+        Err(OpsError::BadDim { .. })
+    ));
+    assert!(matches!(
+        vec_ops::attention(&pool, &AttnArgs { q: &q[..31], ..ok }, &mut out),
+        Err(OpsError::Length { .. })
+    ));
+    assert!(matches!(
+        vec_ops::attention(&pool, &ok, &mut out[..31]),
+        Err(OpsError::Length { .. })
+    ));
+    assert!(matches!(
+        vec_ops::attention(
+            &pool,
+            &AttnArgs {
+                k_cache: &kc[..150],
+                ..ok
+            },
+            &mut out
+        ),
+        Err(OpsError::Ragged { .. })
+    ));
+    assert!(matches!(
+        vec_ops::attention(
+            &pool,
+            &AttnArgs {
+                v_cache: &vc[..144],
+                ..ok
+            },
+            &mut out
+        ),
+        Err(OpsError::Length { .. })
+    ));
+    assert!(matches!(
+        vec_ops::attention(
+            &pool,
+            &AttnArgs {
+                positions: &[0, 1],
+                ..ok
+            },
+            &mut out
+        ),
+        Err(OpsError::Length { .. })
+    ));
+}
+
+#[test]
+fn kv_store_writes_rows_and_rejects_bad_cells() {
+    let (mut kc, mut vc) = (vec![0.0; 4 * 3], vec![0.0; 4 * 3]);
+    let k = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let v = [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0];
+    vec_ops::kv_store(&k, &v, &[3, 1], 4, &mut kc, &mut vc).unwrap();
+    assert_eq!(
+        kc,
+        [0.0, 0.0, 0.0, 4.0, 5.0, 6.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0]
+    );
+    assert_eq!(
+        vc,
+        [
+            0.0, 0.0, 0.0, -4.0, -5.0, -6.0, 0.0, 0.0, 0.0, -1.0, -2.0, -3.0
+        ]
+    );
+
+    // A bad cell anywhere is reported and nothing is written.
+    let before = (kc.clone(), vc.clone());
+    let e = vec_ops::kv_store(&k, &v, &[0, 4], 4, &mut kc, &mut vc).unwrap_err();
+    assert_eq!(
+        e,
+        OpsError::Cell {
+            token: 1,
+            cell: 4,
+            n_ctx: 4
+        }
+    );
+    assert!(e.to_string().contains("cell 4"));
+    assert_eq!((kc.clone(), vc.clone()), before);
+    assert!(matches!(
+        vec_ops::kv_store(&k, &v, &[-1, 0], 4, &mut kc, &mut vc),
+        Err(OpsError::Cell { cell: -1, .. })
+    ));
+    assert!(matches!(
+        vec_ops::kv_store(&k, &v[..5], &[0, 1], 4, &mut kc, &mut vc),
+        Err(OpsError::Length { .. })
+    ));
+    assert!(matches!(
+        vec_ops::kv_store(&k[..5], &v[..5], &[0, 1], 4, &mut kc, &mut vc),
+        Err(OpsError::Ragged { .. })
+    ));
+    assert!(matches!(
+        vec_ops::kv_store(&k, &v, &[0, 1], 5, &mut kc, &mut vc),
+        Err(OpsError::Length { .. })
+    ));
+    assert!(matches!(
+        vec_ops::kv_store(&k, &v, &[], 4, &mut kc, &mut vc),
+        Err(OpsError::Length { .. })
+    ));
+    vec_ops::kv_store(&[], &[], &[], 4, &mut kc, &mut vc).unwrap();
+}
