@@ -9,6 +9,8 @@
 use std::sync::Arc;
 
 use super::backend::{BackendImpl, KvPair};
+use super::cpu_kernels::{self, KernelCtx, Operand};
+use super::ops::NodeMeta;
 use super::weights::WeightStore;
 use crate::vec_ops::Pool;
 use super::error::GraphError;
@@ -37,57 +39,6 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     supports_op: cpu_supports_op,
     supports_fused: cpu_supports_fused,
 };
-
-/// `x * sigmoid(x)`. One definition, used by both `Silu` and `SwiGLU`, so the fused op is
-/// bit-identical to `Silu` followed by `Mul`.
-#[inline]
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
-/// The scalar element-wise kernels of this first version.
-#[derive(Debug, Clone, Copy)]
-enum Elementwise {
-    Add,
-    Mul,
-    Silu,
-    SwiGLU,
-}
-
-impl Elementwise {
-    const fn arity(self) -> usize {
-        match self {
-            Elementwise::Silu => 1,
-            Elementwise::Add | Elementwise::Mul | Elementwise::SwiGLU => 2,
-        }
-    }
-
-    /// `dst[i] = f(a[i], b[i])`; `b` is ignored for unary kernels.
-    fn run(self, dst: &mut [f32], a: &[f32], b: &[f32]) {
-        match self {
-            Elementwise::Add => dst
-                .iter_mut()
-                .zip(a.iter().zip(b))
-                .for_each(|(d, (x, y))| *d = x + y),
-            Elementwise::Mul => dst
-                .iter_mut()
-                .zip(a.iter().zip(b))
-                .for_each(|(d, (x, y))| *d = x * y),
-            Elementwise::Silu => dst.iter_mut().zip(a).for_each(|(d, x)| *d = silu(*x)),
-            Elementwise::SwiGLU => dst
-                .iter_mut()
-                .zip(a.iter().zip(b))
-                .for_each(|(d, (g, u))| *d = silu(*g) * u),
-        }
-    }
-
-    /// In place over `dst` (unary kernels whose input the allocator aliased to the output).
-    fn run_in_place(self, dst: &mut [f32]) {
-        if let Elementwise::Silu = self {
-            dst.iter_mut().for_each(|d| *d = silu(*d));
-        }
-    }
-}
 
 /// The CPU pool: plain `Vec<f32>` buffers and an exact-length free list, plus what the kernels
 /// need: the model's weights (by name) and the worker threads.
@@ -143,60 +94,66 @@ impl CpuBackend {
         Ok(buf.id)
     }
 
-    /// Runs a scalar element-wise kernel. Operands must have the output's length. An operand
-    /// aliased to the output (an in-place `Silu`) runs in place; an aliased binary operand is
-    /// snapshotted first, since the kernels are written over slices.
-    fn elementwise(
-        &mut self,
-        node: &CNode,
-        kernel: Elementwise,
-        ins: &[BufRef],
-        out: BufRef,
-    ) -> Result<(), GraphError> {
-        let out_id = self.check_cpu(node, out)?;
-        let arity = kernel.arity();
-        if ins.len() < arity {
-            return Err(GraphError::OperandCount {
-                node: node.name.clone(),
-                expected: arity,
-                got: ins.len(),
-            });
-        }
-        let mut ids = [0usize; 2];
-        for (slot, &b) in ids.iter_mut().zip(&ins[..arity]) {
-            *slot = self.check_cpu(node, b)?;
-        }
-        let len = self.buffers[out_id].len();
-        for (operand, &id) in ids[..arity].iter().enumerate() {
-            let got = self.buffers[id].len();
-            if got != len {
-                return Err(GraphError::OperandLength {
-                    node: node.name.clone(),
-                    operand,
-                    expected: len,
-                    got,
-                });
-            }
-        }
-        // dst: [len] f32, taken out of the pool while the kernel runs.
+    fn buf_id(&self, node: &CNode, b: BufRef) -> Result<usize, GraphError> {
+        self.check_cpu(node, b)
+    }
+
+    /// Runs a node whose output buffer is `out` and whose operands are `ins`: the output is
+    /// taken out of the pool while the kernel runs, an operand aliased to it is passed as
+    /// [`Operand::Aliased`].
+    fn run_simple(&mut self, node: &CNode, ins: &[BufRef], out: BufRef) -> Result<(), GraphError> {
+        let out_id = self.buf_id(node, out)?;
+        let ids = ins.iter().map(|&b| self.buf_id(node, b)).collect::<Result<Vec<_>, _>>()?;
         let mut dst = std::mem::take(&mut self.buffers[out_id]);
-        if arity == 1 && ids[0] == out_id {
-            kernel.run_in_place(&mut dst);
-        } else {
-            let snapshot = ids[..arity].contains(&out_id).then(|| dst.clone());
-            let operand = |id: usize| -> &[f32] {
-                if id == out_id {
-                    snapshot.as_deref().unwrap_or(&[])
-                } else {
-                    &self.buffers[id]
-                }
-            };
-            let a = operand(ids[0]);
-            let b = if arity == 2 { operand(ids[1]) } else { a };
-            kernel.run(&mut dst, a, b);
-        }
+        let cx = KernelCtx { weights: self.weights.as_deref(), pool: self.pool.as_deref() };
+        let operands: Vec<Operand> = ids
+            .iter()
+            .map(|&id| if id == out_id { Operand::Aliased } else { Operand::Buf(&self.buffers[id]) })
+            .collect();
+        let r = cpu_kernels::run(node, &cx, &operands, &mut dst);
         self.buffers[out_id] = dst;
-        Ok(())
+        r
+    }
+
+    /// KvcacheStore: src = [k, v, pos]; the node's buffer is the layer's K region.
+    fn run_kv_store(&mut self, node: &CNode, ins: &[BufRef], kv: Option<KvPair>) -> Result<(), GraphError> {
+        let pair = cpu_kernels::require_kv(node, kv)?;
+        let (k_id, v_id) = (self.buf_id(node, pair.k)?, self.buf_id(node, pair.v)?);
+        let [k, v, pos] = self.three(node, ins)?;
+        if [k, v, pos].iter().any(|&i| i == k_id || i == v_id) || k_id == v_id {
+            return Err(GraphError::KvAliased { node: node.name.clone() });
+        }
+        let n_ctx = match &node.meta {
+            NodeMeta::Kvcache(m) => m.n_ctx,
+            _ => node.out_shape[1],
+        };
+        let mut kc = std::mem::take(&mut self.buffers[k_id]);
+        let mut vc = std::mem::take(&mut self.buffers[v_id]);
+        let r = cpu_kernels::kv_store(node, &self.buffers[k], &self.buffers[v], &self.buffers[pos], (&mut kc, &mut vc), n_ctx);
+        self.buffers[k_id] = kc;
+        self.buffers[v_id] = vc;
+        r
+    }
+
+    /// Attn: src = [q, kv_load, pos]; K and V from the layer's pair.
+    fn run_attention(&mut self, node: &CNode, ins: &[BufRef], out: BufRef, kv: Option<KvPair>) -> Result<(), GraphError> {
+        let pair = cpu_kernels::require_kv(node, kv)?;
+        let (k_id, v_id) = (self.buf_id(node, pair.k)?, self.buf_id(node, pair.v)?);
+        let [q, _kv_view, pos] = self.three(node, ins)?;
+        let out_id = self.buf_id(node, out)?;
+        let mut dst = std::mem::take(&mut self.buffers[out_id]);
+        let cx = KernelCtx { weights: self.weights.as_deref(), pool: self.pool.as_deref() };
+        let b = &self.buffers;
+        let r = cpu_kernels::attention(node, &cx, &b[q], &b[pos], &b[k_id], &b[v_id], &mut dst);
+        self.buffers[out_id] = dst;
+        r
+    }
+
+    fn three(&self, node: &CNode, ins: &[BufRef]) -> Result<[usize; 3], GraphError> {
+        match ins {
+            [a, b, c] => Ok([self.buf_id(node, *a)?, self.buf_id(node, *b)?, self.buf_id(node, *c)?]),
+            _ => Err(GraphError::OperandCount { node: node.name.clone(), expected: 3, got: ins.len() }),
+        }
     }
 }
 
@@ -248,51 +205,35 @@ impl BackendImpl for CpuBackend {
         out_buf: BufRef,
         kv: Option<KvPair>,
     ) -> Result<(), GraphError> {
-        let no_kernel = || {
-            Err(GraphError::NoKernel {
-                node: node.name.clone(),
-                op: node.op.clone(),
-            })
-        };
-        let _ = kv; // consumed by the KV and attention kernels once they are wired in
         match &node.op {
             // Host-filled before execution; the scheduler never dispatches inputs.
             Op::Input => Ok(()),
-            Op::Add => self.elementwise(node, Elementwise::Add, in_bufs, out_buf),
-            Op::Mul => self.elementwise(node, Elementwise::Mul, in_bufs, out_buf),
-            Op::Silu => self.elementwise(node, Elementwise::Silu, in_bufs, out_buf),
-            Op::SwiGLU => self.elementwise(node, Elementwise::SwiGLU, in_bufs, out_buf),
-            // A view: the node's buffer *is* the layer's K region; the attention kernel reads
-            // both halves through `kv`. Nothing to compute.
+            // A view: the node's buffer *is* the layer's K region; attention reads both halves
+            // through `kv`. Nothing to compute.
             Op::KvcacheLoad { .. } => Ok(()),
-
-            // ---- kernels wired in later (crate::vec_ops) ----
-            // Scale: dst = s * src[0].
-            Op::Scale(_) => no_kernel(),
-            // Softmax over `dim` (vocabulary only).
-            Op::Softmax { .. } => no_kernel(),
-            // RmsNorm: per token row of d = out_shape[0]; weight = NormMeta.weight_name.
-            Op::RmsNorm { .. } => no_kernel(),
-            // QkNorm: RmsNorm over the [nt*nh, hd] view, weight of length hd.
-            Op::QkNorm { .. } => no_kernel(),
-            // MatMul: weight MatMulMeta.weight_name ([out][in], weight_type), Q8_0 activations,
-            // bias added inline; output token-major [nt][out_dim].
-            Op::MatMul { .. } => no_kernel(),
-            // GetRows: rows of src[0] (or EmbedMeta's weight, dequantized) at i32 ids src[1].
-            Op::GetRows => no_kernel(),
-            // RoPE: src = [x, pos]; RoPEMeta; style; may run in place (out == in_bufs[0]).
-            Op::RoPE { .. } => no_kernel(),
-            // Attn: src = [q, kv_load, pos]; reads kv.k/kv.v rows 0..=pos[t]; AttnMeta.
-            Op::Attn { .. } => no_kernel(),
-            // KvcacheStore: src = [k, v, pos]; writes row pos[t] of kv.k and kv.v.
-            Op::KvcacheStore { .. } => no_kernel(),
-            Op::View { .. } | Op::Reshape { .. } | Op::Permute { .. } => no_kernel(),
-            // Decode fusions are GPU kernels; the CPU never claims them (gating bug if reached).
-            Op::BatchMatMul
+            Op::KvcacheStore { .. } => self.run_kv_store(node, in_bufs, kv),
+            Op::Attn { .. } => self.run_attention(node, in_bufs, out_buf, kv),
+            Op::Add
+            | Op::Mul
+            | Op::Silu
+            | Op::SwiGLU
+            | Op::RmsNorm { .. }
+            | Op::QkNorm { .. }
+            | Op::MatMul { .. }
+            | Op::GetRows
+            | Op::RoPE { .. } => self.run_simple(node, in_bufs, out_buf),
+            // Vocabulary no supported architecture emits, and the GPU decode fusions (the CPU
+            // never claims them): an error naming the node, never a silent no-op.
+            Op::Scale(_)
+            | Op::Softmax { .. }
+            | Op::View { .. }
+            | Op::Reshape { .. }
+            | Op::Permute { .. }
+            | Op::BatchMatMul
             | Op::FusedQKV { .. }
             | Op::QkvBiasRopeStore { .. }
             | Op::FusedFFN
-            | Op::FusedQkvNorm { .. } => no_kernel(),
+            | Op::FusedQkvNorm { .. } => Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() }),
         }
     }
 

@@ -201,6 +201,29 @@ pub enum GraphError {
     /// The backend has no kernel for this op (yet). Never a fallback: the run aborts.
     #[error("node '{node}': no kernel for {op:?}")]
     NoKernel { node: String, op: Op },
+    /// A CPU kernel refused its operands (shapes, ids, positions out of range).
+    #[error("node '{node}': {source}")]
+    Kernel {
+        node: String,
+        #[source]
+        source: crate::vec_ops::OpsError,
+    },
+    /// The quantized matrix product refused its operands.
+    #[error("node '{node}': {source}")]
+    Matmul {
+        node: String,
+        #[source]
+        source: crate::vec_ops::matmul::MatmulError,
+    },
+    /// A node needs metadata of another kind (a builder bug, reported rather than guessed).
+    #[error("node '{node}' carries {found} metadata, expected {expected}")]
+    WrongMeta { node: String, expected: &'static str, found: &'static str },
+    /// A KV store whose operands share a buffer with the KV regions it writes.
+    #[error("node '{node}': an operand aliases the layer's KV region")]
+    KvAliased { node: String },
+    /// A kernel that needs the model's weights or workers ran on a bare pool.
+    #[error("node '{node}' needs {what}, which this CPU pool was not given")]
+    NoModel { node: String, what: &'static str },
     /// A node whose buffer lives on another backend than the split executing it.
     #[error("node '{node}' runs in a {split} split but its buffer lives on {buffer}")]
     BackendMismatch {

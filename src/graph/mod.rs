@@ -27,6 +27,7 @@ pub mod backend;
 pub mod builder;
 pub mod cache;
 pub mod cpu_backend;
+mod cpu_kernels;
 pub mod dot;
 pub mod error;
 pub mod fusion;
