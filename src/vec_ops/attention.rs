@@ -155,11 +155,12 @@ fn reduce_slots(acc: &[f32], hd: usize, out: &mut [f32]) {
             lane[d] = (a0[d] + a2[d]) + (a1[d] + a3[d]);
         }
     }
-    // 16 -> 8 -> 4 -> 2 lanes: lane l += lane l + half, in place.
+    // 16 -> 8 -> 4 -> 2 lanes: lane l += lane l + half, in place (IEEE addition commutes, so
+    // GCC's `high + low` is the same sum).
     for half in [8, 4, 2] {
         let (lo, hi) = lanes.split_at_mut(half * hd);
         for (x, y) in lo.iter_mut().zip(&hi[..half * hd]) {
-            *x = *y + *x;
+            *x += *y;
         }
     }
     for ((o, x), y) in out.iter_mut().zip(&lanes[..hd]).zip(&lanes[hd..2 * hd]) {

@@ -7,8 +7,8 @@
 //! * [`act`]: `add`, `mul`, `silu`, the fused `swiglu`.
 //! * [`softmax`]: ggml's `soft_max_ext`.
 //! * [`dot`]: ggml's f32 dot product.
-//! * [`attention`]: grouped-query attention over an f32 KV region, `kv_store`.
-//! * [`get_rows`]: embedding lookup and row selection.
+//! * [`attention`](mod@attention): grouped-query attention over an f32 KV region, `kv_store`.
+//! * [`get_rows`](mod@get_rows): embedding lookup and row selection.
 //! * [`matmul`]: quantized matrix products (activations quantized as ggml does, int8 dots).
 //!
 //! Buffers are f32 and token-major: an activation of `nt` tokens and `d` features is `nt` rows

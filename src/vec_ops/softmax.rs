@@ -2,7 +2,7 @@
 //!
 //! Per row: `w[i] = x[i] * scale`, plus the mask (0, or -inf for a masked entry); the max (a
 //! plain running `MAX`); `y[i] = expf(w[i] - max)` with the sum of the `y` in f64, where the
-//! whole 16-value blocks use the polynomial [`v_expf`](super::expf::v_expf) and add their
+//! whole 16-value blocks use the polynomial [`v_expf`] and add their
 //! 16-lane sum (GCC's `_mm512_reduce_add_ps` tree, in f32) to the f64 sum block by block, and
 //! the last `len % 16` values use libm's `expf`, one by one; finally `y[i] *= (float)(1/sum)`
 //! with the reciprocal taken in f64.
