@@ -1,0 +1,113 @@
+//! `minfer run` and `minfer logits` end to end on the 0.5B model, against llama.cpp's greedy
+//! reference (`tests/data/qwen2.5-0.5b.greedy.jsonl`).
+
+mod common;
+
+use std::process::Command;
+
+fn minfer(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_minfer")).args(args).output().expect("run minfer")
+}
+
+fn model() -> String {
+    common::model_path(common::QWEN2_05B).to_str().unwrap().to_string()
+}
+
+fn record(id: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(common::data_path("qwen2.5-0.5b.greedy.jsonl")).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["id"] == id)
+        .unwrap_or_else(|| panic!("no record {id}"))
+}
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let out = minfer(args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn greedy_raw_prompt_equals_llama_cpp() {
+    // "count": every step's top-1/top-2 margin is >= 1.19, so the whole continuation must match.
+    let r = record("count");
+    let text = r["prompt_text"].as_str().unwrap().to_string();
+    let m = model();
+    let v = run_json(&["run", "-m", &m, "-p", &text, "--temp", "0", "-n", "64", "--json", "-t", "2"]);
+    assert_eq!(v["prompt_ids"], r["prompt_ids"]);
+    assert_eq!(v["generated_ids"], r["generated_ids"]);
+    assert!(v["gen_tokens_per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn greedy_chat_equals_llama_cpp_and_stops_on_end_of_generation() {
+    // "chat_math": ends with <|im_end|> after 3 tokens; generated_ids keeps it, text leaves it out.
+    let r = record("chat_math");
+    let dir = std::env::temp_dir().join(format!("minfer-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let msgs = dir.join("m.json");
+    std::fs::write(&msgs, r["messages"].to_string()).unwrap();
+    let v = run_json(&["run", "-m", &model(), "--messages", msgs.to_str().unwrap(), "--temp", "0", "--json"]);
+    assert_eq!(v["prompt_ids"], r["prompt_ids"]);
+    assert_eq!(v["generated_ids"], r["generated_ids"]);
+    assert_eq!(v["text"], r["generated_text"]);
+    assert!(!v["text"].as_str().unwrap().contains("<|im_end|>"));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn dump_graph_census_is_440_for_a_30_token_prompt() {
+    let r = record("chat_system");
+    assert_eq!(r["prompt_ids"].as_array().unwrap().len(), 30);
+    let dir = std::env::temp_dir().join(format!("minfer-dump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let msgs = dir.join("m.json");
+    std::fs::write(&msgs, r["messages"].to_string()).unwrap();
+    let (dot, json) = (dir.join("g.dot"), dir.join("g.json"));
+    let out = minfer(&[
+        "run", "-m", &model(), "--messages", msgs.to_str().unwrap(),
+        "--dump-graph", dot.to_str().unwrap(), "--dump-graph-json", json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("440 nodes"));
+    let dot = std::fs::read_to_string(dot).unwrap();
+    assert_eq!(dot.lines().filter(|l| l.trim_start().starts_with('n') && l.contains("[label=")).count(), 440);
+    assert_eq!(dot.matches("doublecircle").count(), 4, "3 inputs and the logits");
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(j["format"], "minfer-graph");
+    assert_eq!(j["version"], 1);
+    assert_eq!(j["nodes"].as_array().unwrap().len(), 440);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn logits_command_is_chunking_invariant_and_matches_reference_top1() {
+    let r = record("count");
+    let mut ids: Vec<u64> = r["prompt_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let n_prompt = ids.len();
+    ids.extend(r["generated_ids"].as_array().unwrap().iter().take(4).map(|x| x.as_u64().unwrap()));
+    let ids_arg = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let from = (n_prompt - 1).to_string();
+    let a = minfer(&["logits", "-m", &model(), "--ids", &ids_arg, "--from", &from, "--top", "5"]);
+    let b = minfer(&["logits", "-m", &model(), "--ids", &ids_arg, "--from", &from, "--top", "5", "--ubatch", "3", "-t", "1"]);
+    assert!(a.status.success() && b.status.success());
+    assert_eq!(a.stdout, b.stdout, "--ubatch and -t change nothing");
+    let lines: Vec<serde_json::Value> = a.stdout.split(|&c| c == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+    assert_eq!(lines.len(), 5);
+    for (step, line) in lines.iter().enumerate() {
+        assert_eq!(line["pos"].as_u64().unwrap() as usize, n_prompt - 1 + step);
+        assert_eq!(line["top"][0][0], r["top20_per_step"][step][0][0], "step {step}");
+    }
+}
+
+#[test]
+fn prompt_longer_than_context_fails_before_compute() {
+    let out = minfer(&["run", "-m", &model(), "-p", "one two three four five six seven eight nine ten", "--ctx", "4"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("does not fit the context of 4"), "{err}");
+    let out = minfer(&["logits", "-m", &model(), "--ids", "1,2", "--from", "5"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--from 5"));
+}
