@@ -7,10 +7,10 @@
 //! data comes from); the AVX2 path emulates the 16-lane AVX-512 layout with pairs of 8-lane
 //! registers.
 //!
-//! Detection runs once. The environment levers `MINFER_NO_AVX512=1` and `MINFER_NO_AVX2=1`
-//! (which also turns AVX-512 off) force a lower path; `MINFER_NO_NEON=1` is accepted for
-//! symmetry, there being no NEON path (ARM runs the scalar twins, whose `mul_add` is one
-//! hardware FMA there).
+//! Detection runs once and follows the matmul kernels' choice
+//! ([`crate::quants::simd::active_isa`], which reads the `MINFER_NO_AVX512=1` /
+//! `MINFER_NO_AVX2=1` / `MINFER_NO_NEON=1` levers); there is no NEON path here (ARM runs the
+//! scalar twins, whose `mul_add` is one hardware FMA there).
 
 use std::sync::OnceLock;
 
@@ -33,19 +33,18 @@ impl Isa {
     pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
 
     /// The best instruction set this CPU has and the environment levers allow (detected once).
+    /// The levers are read in one place, [`crate::quants::simd::active_isa`]: these kernels
+    /// follow the matmul kernels' choice, stepping down where they need a feature it lacks.
     pub fn detected() -> Isa {
         static DETECTED: OnceLock<Isa> = OnceLock::new();
         *DETECTED.get_or_init(|| {
-            let off = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0");
-            let no_avx2 = off("MINFER_NO_AVX2");
-            let no_avx512 = no_avx2 || off("MINFER_NO_AVX512");
-            if !no_avx512 && Isa::Avx512.is_supported() {
-                Isa::Avx512
-            } else if !no_avx2 && Isa::Avx2.is_supported() {
-                Isa::Avx2
-            } else {
-                Isa::Scalar
-            }
+            use crate::quants::simd::{Isa as DotIsa, active_isa};
+            let wanted = match active_isa() {
+                DotIsa::Avx512 => Isa::Avx512,
+                DotIsa::Avx2 => Isa::Avx2,
+                _ => Isa::Scalar,
+            };
+            Isa::ALL.into_iter().rev().find(|&i| i <= wanted && i.is_supported()).unwrap_or(Isa::Scalar)
         })
     }
 
