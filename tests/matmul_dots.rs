@@ -284,3 +284,63 @@ fn all_zero_rows_give_zero_on_every_isa() {
         }
     }
 }
+
+/// Prints the active ISA; run by [`env_levers_steer_the_active_isa`] in child processes.
+#[test]
+fn print_active_isa() {
+    println!("ACTIVE_ISA={}", minfer::quants::simd::active_isa());
+}
+
+#[test]
+fn env_levers_steer_the_active_isa() {
+    let levers = ["MINFER_NO_AVX2", "MINFER_NO_AVX512", "MINFER_NO_NEON"];
+    // The ISA the test binary reports in a fresh process with `lever=1` (or none).
+    let active_with = |lever: Option<&str>| -> String {
+        let exe = std::env::current_exe().expect("test binary path");
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args([
+            "--exact",
+            "print_active_isa",
+            "--nocapture",
+            "--test-threads=1",
+        ]);
+        for l in levers {
+            cmd.env_remove(l);
+        }
+        if let Some(l) = lever {
+            cmd.env(l, "1");
+        }
+        let out = cmd.output().expect("run the test binary again");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // libtest may print the test name on the same line first.
+        let line = text
+            .lines()
+            .find_map(|l| l.split_once("ACTIVE_ISA=").map(|(_, isa)| isa.trim()));
+        line.unwrap_or_else(|| panic!("no ACTIVE_ISA line in: {text}"))
+            .to_string()
+    };
+    let best = |order: &[Isa]| {
+        order
+            .iter()
+            .copied()
+            .find(|i| i.is_supported())
+            .unwrap_or(Isa::Scalar)
+            .to_string()
+    };
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(active_with(None), best(&[Isa::Avx512, Isa::Avx2]));
+        assert_eq!(active_with(Some("MINFER_NO_AVX512")), best(&[Isa::Avx2]));
+        assert_eq!(active_with(Some("MINFER_NO_AVX2")), "scalar");
+        assert_eq!(
+            active_with(Some("MINFER_NO_NEON")),
+            best(&[Isa::Avx512, Isa::Avx2])
+        );
+    } else if cfg!(target_arch = "aarch64") {
+        assert_eq!(active_with(None), best(&[Isa::NeonDotprod, Isa::Neon]));
+        assert_eq!(active_with(Some("MINFER_NO_NEON")), "scalar");
+        assert_eq!(
+            active_with(Some("MINFER_NO_AVX2")),
+            best(&[Isa::NeonDotprod, Isa::Neon])
+        );
+    }
+}
