@@ -316,8 +316,15 @@ fn env_levers_steer_the_active_isa() {
         let line = text
             .lines()
             .find_map(|l| l.split_once("ACTIVE_ISA=").map(|(_, isa)| isa.trim()));
-        line.unwrap_or_else(|| panic!("no ACTIVE_ISA line in: {text}"))
-            .to_string()
+        let why = || {
+            panic!(
+                "no ACTIVE_ISA line from the child test process ({}; stderr: {}); under an \
+                 emulator the test binary must be directly executable (binfmt)",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        line.unwrap_or_else(why).to_string()
     };
     let best = |order: &[Isa]| {
         order
