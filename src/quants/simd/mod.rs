@@ -37,6 +37,9 @@
 //! | F16 · F16 | `ggml_vec_dot_f16`, same layout, f64 tail | AVX build | AVX-512 build |
 //! | BF16 · BF16 | `ggml_vec_dot_bf16` | AVX2 build: 4×8 lanes `mul`+`add` | AVX512_BF16 build: `vdpbf16ps` emulated (exact products, odd then even) |
 //!
+//! An AVX-512 CPU without VNNI runs the AVX2 kernels: the same quantized results as its ggml
+//! build (VNNI changes no integer), but the F32/F16/BF16 order of ggml's AVX2 build.
+//!
 //! "Same order" is checked bit for bit against ggml's own SIMD kernels compiled on this machine
 //! (`tests/matmul_dots.rs` reads `tests/data/q8-oracle.jsonl`). Known differences: ggml's
 //! `vdpbf16ps` flushes subnormal inputs and outputs to zero, the emulation does not; the
