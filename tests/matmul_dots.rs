@@ -113,31 +113,196 @@ fn check_bit_exact(rows: &[serde_json::Value], isas: &[Isa]) -> usize {
     exact
 }
 
-/// A larger oracle than the shipped one, made on demand from ggml's C sources by the driver in
-/// the doc comment of [`ggml_dev_oracle`]: `MINFER_GGML_ORACLE_AVX512` / `MINFER_GGML_ORACLE_AVX2`
-/// name the JSON-lines outputs of ggml built with `-march=native` on an AVX-512 machine and with
-/// `-march=native -mno-avx512f`. Ignored by default (it needs those files); when run, a missing
-/// variable is a failure, not a skip.
+/// A larger oracle than the shipped one, built on demand from ggml's own C sources: set
+/// `MINFER_GGML_SRC` to the `ggml` directory of the llama.cpp the reference logits came from
+/// (llama-cpp-python 0.3.36's `vendor/llama.cpp/ggml`) and run
+/// `cargo test --release --test matmul_dots -- --ignored`. Needs gcc/g++ on an x86-64 host.
 ///
-/// The driver (kept out of the tree's data; see `tests/data/ggml-oracle/build.sh` for the build
-/// recipe it shares) writes `dot` lines for 40 random rows of 4096 values per quantized type and
-/// `fdot` lines for F32/F16/BF16 rows of 4096, 896, 1000, 37, 64 and 130 values.
+/// [`DEV_ORACLE_DRIVER`] is compiled with ggml twice, with the flags of
+/// `tests/data/ggml-oracle/build.sh` (`-O3 -std=gnu11 -march=native`, hence GCC's FMA
+/// contraction): natively (the AVX-512 build on an AVX-512 host) and with `-mno-avx512f` (the
+/// AVX2 build). It writes `dot` lines for 40 random rows of 4096 values per quantized type and
+/// `fdot` lines for F32/F16/BF16 rows of 4096, 896, 1000, 37, 64 and 130 values. Every
+/// quantized row must match both x86 ISAs bit for bit, the float rows the ISA of their build.
 #[test]
-#[ignore = "needs MINFER_GGML_ORACLE_AVX512 / _AVX2 files made from ggml's C sources"]
+#[ignore = "needs gcc and MINFER_GGML_SRC=<llama.cpp>/ggml"]
 fn ggml_dev_oracle() {
-    let var = |name: &str| {
-        std::env::var(name).unwrap_or_else(|_| panic!("set {name} to the oracle file"))
+    use std::process::Command;
+    let ggml =
+        std::env::var("MINFER_GGML_SRC").expect("set MINFER_GGML_SRC to llama.cpp's ggml dir");
+    let dir = std::env::temp_dir().join(format!("minfer-ggml-oracle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("drv.c"), DEV_ORACLE_DRIVER).unwrap();
+    let stubs = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/ggml-oracle/stubs.c"
+    );
+    let inc = [
+        format!("-I{ggml}/include"),
+        format!("-I{ggml}/src"),
+        format!("-I{ggml}/src/ggml-cpu"),
+    ];
+    let sh = |cmd: &mut Command| {
+        let out = cmd.output().expect("run the compiler");
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
     };
-    let avx512 = var("MINFER_GGML_ORACLE_AVX512");
-    let avx2 = var("MINFER_GGML_ORACLE_AVX2");
-    let quant = check_bit_exact(&oracle_at(&avx512, "dot"), &x86_isas())
-        + check_bit_exact(&oracle_at(&avx2, "dot"), &x86_isas());
-    let mut float = check_bit_exact(&oracle_at(&avx2, "fdot"), &[Isa::Avx2]);
+    let mut builds = Vec::new();
+    for (tag, arch) in [
+        ("native", &["-march=native"][..]),
+        ("avx2", &["-march=native", "-mno-avx512f"][..]),
+    ] {
+        let o = |name: &str| dir.join(format!("{tag}_{name}.o"));
+        let c_files = [
+            ("quants", format!("{ggml}/src/ggml-quants.c")),
+            ("cpu_quants", format!("{ggml}/src/ggml-cpu/quants.c")),
+            (
+                "x86_quants",
+                format!("{ggml}/src/ggml-cpu/arch/x86/quants.c"),
+            ),
+            ("driver", dir.join("drv.c").display().to_string()),
+            ("stubs", stubs.to_string()),
+        ];
+        for (name, file) in &c_files {
+            sh(Command::new("gcc")
+                .args(["-O3", "-DNDEBUG", "-std=gnu11", "-D_GNU_SOURCE", "-c"])
+                .args(arch)
+                .args(&inc)
+                .arg(file)
+                .arg("-o")
+                .arg(o(name)));
+        }
+        sh(Command::new("g++")
+            .args(["-O3", "-DNDEBUG", "-std=gnu++17", "-c"])
+            .args(arch)
+            .args(&inc)
+            .arg(format!("{ggml}/src/ggml-cpu/vec.cpp"))
+            .arg("-o")
+            .arg(o("vec")));
+        let exe = dir.join(format!("{tag}_driver"));
+        let mut link = Command::new("g++");
+        link.args(c_files.iter().map(|(n, _)| o(n)))
+            .arg(o("vec"))
+            .arg("-lm")
+            .arg("-o")
+            .arg(&exe);
+        sh(&mut link);
+        let text = String::from_utf8(sh(&mut Command::new(&exe))).unwrap();
+        let path = dir.join(format!("{tag}.jsonl"));
+        std::fs::write(&path, text).unwrap();
+        builds.push(path.display().to_string());
+    }
+    let (native, avx2) = (&builds[0], &builds[1]);
+    let quant = check_bit_exact(&oracle_at(native, "dot"), &x86_isas())
+        + check_bit_exact(&oracle_at(avx2, "dot"), &x86_isas());
+    let mut float = check_bit_exact(&oracle_at(avx2, "fdot"), &[Isa::Avx2]);
     if Isa::Avx512.is_supported() {
-        float += check_bit_exact(&oracle_at(&avx512, "fdot"), &[Isa::Avx512]);
+        float += check_bit_exact(&oracle_at(native, "fdot"), &[Isa::Avx512]);
     }
     println!("{quant} quantized and {float} float dots bit-exact against ggml's x86 builds");
+    let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The C driver of [`ggml_dev_oracle`]: ggml's x86 SIMD `vec_dot` kernels on random rows.
+const DEV_ORACLE_DRIVER: &str = r#"// Larger dev oracle: ggml's own x86 SIMD vec_dot kernels on many random rows.
+#define GGML_COMMON_DECL_C
+#include "ggml-common.h"
+#include "ggml-quants.h"
+#include "ggml-impl.h"
+#include "ggml-cpu/quants.h"
+#include <stdio.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <immintrin.h>
+void ggml_vec_dot_bf16(int n, float * s, size_t bs, ggml_bf16_t * x, size_t bx, ggml_bf16_t * y, size_t by, int nrc);
+void ggml_vec_dot_f16(int n, float * s, size_t bs, ggml_fp16_t * x, size_t bx, ggml_fp16_t * y, size_t by, int nrc);
+void ggml_vec_dot_f32(int n, float * s, size_t bs, const float * x, size_t bx, const float * y, size_t by, int nrc);
+static uint32_t rng = 0x12345678u;
+static uint32_t xs(void) { rng ^= rng << 13; rng ^= rng >> 17; rng ^= rng << 5; return rng; }
+static float uni(void) { return (xs() >> 8) * (1.0f / 16777216.0f); }
+static float gauss(void) { float s = 0; for (int i = 0; i < 4; i++) s += uni(); return (s - 2.0f) * 1.7f; }
+static void hex(const char *key, const void *p, size_t n, int comma) {
+    const uint8_t *b = p; printf("\"%s\":\"", key);
+    for (size_t i = 0; i < n; i++) printf("%02x", b[i]);
+    printf("\"%s", comma ? "," : "");
+}
+static void f32bits(const char *key, float v) { uint32_t u; memcpy(&u, &v, 4); printf("\"%s\":\"%08x\"", key, u); }
+static uint16_t f16(float f) { return _cvtss_sh(f, 0); }
+static void fill_weights(int type, uint8_t *w, int nb, size_t bsz) {
+    for (size_t i = 0; i < nb * bsz; i++) w[i] = xs() & 0xff;
+    for (int b = 0; b < nb; b++) {
+        uint8_t *p = w + b * bsz;
+        float d = (0.002f + uni() * 0.05f) * ((xs() & 1) ? -1 : 1);
+        float m = -(0.01f + uni() * 0.3f);
+        uint16_t hd = f16(d), hm = f16(m), hmin = f16(0.001f + uni() * 0.02f);
+        switch (type) {
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: memcpy(p, &hd, 2); break;
+        case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_1: memcpy(p, &hd, 2); memcpy(p + 2, &hm, 2); break;
+        case GGML_TYPE_Q2_K: memcpy(p + 80, &hd, 2); memcpy(p + 82, &hmin, 2); break;
+        case GGML_TYPE_Q3_K: memcpy(p + 108, &hd, 2); break;
+        case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: memcpy(p, &hd, 2); memcpy(p + 2, &hmin, 2); break;
+        case GGML_TYPE_Q6_K: { uint16_t h6 = f16(d * 0.05f); memcpy(p + 208, &h6, 2); } break;
+        }
+    }
+}
+typedef void (*dot_fn)(int, float *, size_t, const void *, size_t, const void *, size_t, int);
+struct wt { int type; const char *name; size_t bsz; int qk; dot_fn simd; int act; };
+int main(void) {
+    struct wt wts[] = {
+        {GGML_TYPE_Q4_0, "Q4_0", 18, 32, ggml_vec_dot_q4_0_q8_0, 0},
+        {GGML_TYPE_Q4_1, "Q4_1", 20, 32, ggml_vec_dot_q4_1_q8_1, 1},
+        {GGML_TYPE_Q5_0, "Q5_0", 22, 32, ggml_vec_dot_q5_0_q8_0, 0},
+        {GGML_TYPE_Q5_1, "Q5_1", 24, 32, ggml_vec_dot_q5_1_q8_1, 1},
+        {GGML_TYPE_Q8_0, "Q8_0", 34, 32, ggml_vec_dot_q8_0_q8_0, 0},
+        {GGML_TYPE_Q2_K, "Q2_K", 84, 256, ggml_vec_dot_q2_K_q8_K, 2},
+        {GGML_TYPE_Q3_K, "Q3_K", 110, 256, ggml_vec_dot_q3_K_q8_K, 2},
+        {GGML_TYPE_Q4_K, "Q4_K", 144, 256, ggml_vec_dot_q4_K_q8_K, 2},
+        {GGML_TYPE_Q5_K, "Q5_K", 176, 256, ggml_vec_dot_q5_K_q8_K, 2},
+        {GGML_TYPE_Q6_K, "Q6_K", 210, 256, ggml_vec_dot_q6_K_q8_K, 2},
+    };
+    enum { N = 4096, R = 40 };
+    static uint8_t w[N / 32 * 210];
+    static float xa[N];
+    for (size_t t = 0; t < sizeof wts / sizeof wts[0]; t++) {
+        for (int r = 0; r < R; r++) {
+            int nb = N / wts[t].qk;
+            fill_weights(wts[t].type, w, nb, wts[t].bsz);
+            float sc = powf(10.0f, (float)((int)(xs() % 5) - 2));
+            for (int i = 0; i < N; i++) xa[i] = gauss() * sc;
+            static union { block_q8_0 q0[N / 32]; block_q8_1 q1[N / 32]; block_q8_K qk[N / 256]; } act;
+            size_t asz;
+            if (wts[t].act == 0) { quantize_row_q8_0(xa, act.q0, N); asz = sizeof act.q0; }
+            else if (wts[t].act == 1) { quantize_row_q8_1(xa, act.q1, N); asz = sizeof act.q1; }
+            else { quantize_row_q8_K(xa, act.qk, N); asz = sizeof act.qk; }
+            float s; wts[t].simd(N, &s, 0, w, 0, &act, 0, 1);
+            printf("{\"kind\":\"dot\",\"type\":\"%s\",\"row\":%d,", wts[t].name, r);
+            hex("w", w, nb * wts[t].bsz, 1); hex("a", &act, asz, 1); f32bits("simd_fast", s); printf("}\n");
+        }
+    }
+    int ns[] = {4096, 896, 1000, 37, 64, 130};
+    for (int k = 0; k < 6; k++) for (int r = 0; r < 8; r++) {
+        int n = ns[k];
+        static ggml_fp16_t hw[4096], hx[4096]; static ggml_bf16_t bw[4096], bx[4096]; static float fw[4096], fx[4096];
+        for (int i = 0; i < n; i++) {
+            float a = gauss() * 0.1f, b = gauss();
+            hw[i] = f16(a); hx[i] = f16(b); bw[i] = GGML_FP32_TO_BF16(a); bx[i] = GGML_FP32_TO_BF16(b); fw[i] = a; fx[i] = b;
+        }
+        float s;
+        ggml_vec_dot_f16(n, &s, 0, hw, 0, hx, 0, 1);
+        printf("{\"kind\":\"fdot\",\"type\":\"F16\",\"row\":%d,", r); hex("w", hw, 2*n, 1); hex("a", hx, 2*n, 1); f32bits("simd_fast", s); printf("}\n");
+        ggml_vec_dot_bf16(n, &s, 0, bw, 0, bx, 0, 1);
+        printf("{\"kind\":\"fdot\",\"type\":\"BF16\",\"row\":%d,", r); hex("w", bw, 2*n, 1); hex("a", bx, 2*n, 1); f32bits("simd_fast", s); printf("}\n");
+        ggml_vec_dot_f32(n, &s, 0, fw, 0, fx, 0, 1);
+        printf("{\"kind\":\"fdot\",\"type\":\"F32\",\"row\":%d,", r); hex("w", fw, 4*n, 1); hex("a", fx, 4*n, 1); f32bits("simd_fast", s); printf("}\n");
+    }
+    return 0;
+}
+"#;
 
 #[test]
 fn quantized_dots_match_ggml_x86_simd_bit_for_bit() {
@@ -145,7 +310,7 @@ fn quantized_dots_match_ggml_x86_simd_bit_for_bit() {
     let isas = x86_isas();
     let exact = check_bit_exact(&rows, &isas);
     println!("{exact} quantized SIMD dots bit-exact against ggml's x86 kernels ({isas:?})");
-    if cfg!(target_arch = "x86_64") && is_x86_feature_detected!("avx2") {
+    if Isa::Avx2.is_supported() {
         assert_eq!(exact, rows.len() * isas.len());
         assert!(exact > 0);
     }
@@ -237,6 +402,10 @@ fn every_isa_matches_the_scalar_reference_within_budget() {
                 let s = magnitude(ty, &w, &act);
                 for &isa in &isas {
                     let got = vec_dot_row_isa(isa, ty, &w, &act).unwrap();
+                    if matches!(isa, Isa::Neon | Isa::NeonDotprod) && ty.block_size() > 1 {
+                        // The NEON quantized kernels keep the scalar float order.
+                        assert_eq!(got.to_bits(), reference.to_bits(), "{ty} n {n} {isa}");
+                    }
                     let err = f64::from((got - reference).abs());
                     assert!(
                         err <= rel_budget(ty) * s,
@@ -278,5 +447,72 @@ fn all_zero_rows_give_zero_on_every_isa() {
                 "{ty} {isa}"
             );
         }
+    }
+}
+
+/// Prints the active ISA; run by [`env_levers_steer_the_active_isa`] in child processes.
+#[test]
+fn print_active_isa() {
+    println!("ACTIVE_ISA={}", minfer::quants::simd::active_isa());
+}
+
+#[test]
+fn env_levers_steer_the_active_isa() {
+    let levers = ["MINFER_NO_AVX2", "MINFER_NO_AVX512", "MINFER_NO_NEON"];
+    // The ISA the test binary reports in a fresh process with `lever=1` (or none).
+    let active_with = |lever: Option<&str>| -> String {
+        let exe = std::env::current_exe().expect("test binary path");
+        let mut cmd = std::process::Command::new(exe);
+        cmd.args([
+            "--exact",
+            "print_active_isa",
+            "--nocapture",
+            "--test-threads=1",
+        ]);
+        for l in levers {
+            cmd.env_remove(l);
+        }
+        if let Some(l) = lever {
+            cmd.env(l, "1");
+        }
+        let out = cmd.output().expect("run the test binary again");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // libtest may print the test name on the same line first.
+        let line = text
+            .lines()
+            .find_map(|l| l.split_once("ACTIVE_ISA=").map(|(_, isa)| isa.trim()));
+        let why = || {
+            panic!(
+                "no ACTIVE_ISA line from the child test process ({}; stderr: {}); under an \
+                 emulator the test binary must be directly executable (binfmt)",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        line.unwrap_or_else(why).to_string()
+    };
+    let best = |order: &[Isa]| {
+        order
+            .iter()
+            .copied()
+            .find(|i| i.is_supported())
+            .unwrap_or(Isa::Scalar)
+            .to_string()
+    };
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(active_with(None), best(&[Isa::Avx512, Isa::Avx2]));
+        assert_eq!(active_with(Some("MINFER_NO_AVX512")), best(&[Isa::Avx2]));
+        assert_eq!(active_with(Some("MINFER_NO_AVX2")), "scalar");
+        assert_eq!(
+            active_with(Some("MINFER_NO_NEON")),
+            best(&[Isa::Avx512, Isa::Avx2])
+        );
+    } else if cfg!(target_arch = "aarch64") {
+        assert_eq!(active_with(None), best(&[Isa::NeonDotprod, Isa::Neon]));
+        assert_eq!(active_with(Some("MINFER_NO_NEON")), "scalar");
+        assert_eq!(
+            active_with(Some("MINFER_NO_AVX2")),
+            best(&[Isa::NeonDotprod, Isa::Neon])
+        );
     }
 }

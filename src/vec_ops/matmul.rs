@@ -282,3 +282,77 @@ where
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quants::{F16Le, vec_dot_row};
+
+    /// A Q8_0 matrix whose row `r` has scale `(r + 1) / 64` and quants `(r + i) % 7 - 3`.
+    fn q8_matrix(rows: usize, cols: usize) -> Vec<u8> {
+        let mut data = Vec::new();
+        for r in 0..rows {
+            for b in 0..cols / 32 {
+                data.extend(F16Le::from_f32((r + 1) as f32 / 64.0).0);
+                data.extend(
+                    (0..32)
+                        .map(|i| ((r + b + i) % 7) as i8 as u8)
+                        .map(|q| q.wrapping_sub(3)),
+                );
+            }
+        }
+        data
+    }
+
+    #[test]
+    fn every_row_of_every_tile_is_its_own_dot() {
+        let pool = Pool::new(2).unwrap();
+        let cols = 64;
+        for rows in [1, ROW_TILE - 1, ROW_TILE, ROW_TILE + 1, 3 * ROW_TILE + 5] {
+            let data = q8_matrix(rows, cols);
+            let w = WeightMatrix {
+                ty: GgmlType::Q8_0,
+                data: &data,
+                rows,
+                cols,
+            };
+            let x: Vec<f32> = (0..2 * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut out = vec![f32::NAN; 2 * rows]; // [2][rows]
+            matmul_with_isa(&pool, &w, &x, None, &mut out, Isa::Scalar).unwrap();
+            for (t, xt) in x.chunks(cols).enumerate() {
+                let act = ActRow::for_weight(GgmlType::Q8_0, xt).unwrap();
+                for r in 0..rows {
+                    let row = &data[r * w.row_bytes()..(r + 1) * w.row_bytes()];
+                    let dot = vec_dot_row(GgmlType::Q8_0, row, &act).unwrap();
+                    assert_eq!(
+                        out[t * rows + r].to_bits(),
+                        dot.to_bits(),
+                        "rows {rows} t {t} r {r}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn empty_shapes_are_fine_and_bad_ones_are_errors() {
+        let pool = Pool::new(1).unwrap();
+        let w = WeightMatrix {
+            ty: GgmlType::F32,
+            data: &[],
+            rows: 0,
+            cols: 4,
+        };
+        matmul(&pool, &w, &[1.0; 8], None, &mut []).unwrap();
+        matmul(&pool, &w, &[1.0; 8], Some(&[]), &mut []).unwrap();
+        let err = matmul(&pool, &w, &[1.0; 8], Some(&[1.0]), &mut []).unwrap_err();
+        assert_eq!(err, MatmulError::BiasLength { rows: 0, got: 1 });
+        let w = WeightMatrix {
+            ty: GgmlType::F32,
+            data: &[0; 16],
+            rows: 1,
+            cols: 4,
+        };
+        assert_eq!(check_shapes(&w, &[0.0; 12], None, &[0.0; 3]), Ok(3));
+    }
+}

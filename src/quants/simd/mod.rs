@@ -37,12 +37,19 @@
 //! | F16 · F16 | `ggml_vec_dot_f16`, same layout, f64 tail | AVX build | AVX-512 build |
 //! | BF16 · BF16 | `ggml_vec_dot_bf16` | AVX2 build: 4×8 lanes `mul`+`add` | AVX512_BF16 build: `vdpbf16ps` emulated (exact products, odd then even) |
 //!
+//! An AVX-512 CPU without VNNI runs the AVX2 kernels: the same quantized results as its ggml
+//! build (VNNI changes no integer), but the F32/F16/BF16 order of ggml's AVX2 build.
+//!
 //! "Same order" is checked bit for bit against ggml's own SIMD kernels compiled on this machine
 //! (`tests/matmul_dots.rs` reads `tests/data/q8-oracle.jsonl`). Known differences: ggml's
 //! `vdpbf16ps` flushes subnormal inputs and outputs to zero, the emulation does not; the
 //! `sign_epi8` trick of ggml (mirrored) gets `x * -128` wrong for `x < 0`, which the x86
-//! activation quantizers never produce from finite input. The NEON kernels do not follow ggml's
-//! ARM order (their float sums differ in the last bits); see `aarch64_neon.rs`.
+//! activation quantizers never produce from finite input.
+//!
+//! The NEON kernels (`aarch64_neon.rs`) do not follow ggml's ARM kernels: their quantized dots
+//! keep the scalar reference's float order and are bit-identical to [`Isa::Scalar`] (ggml's
+//! generic kernels); their F32/F16/BF16 rows use ggml's NEON 4×4-lane layout, unverified against
+//! ggml (no ARM build here), within a few f32 roundings of the scalar f64 sums.
 
 use std::fmt;
 use std::sync::OnceLock;

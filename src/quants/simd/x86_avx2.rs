@@ -123,11 +123,45 @@ pub(super) fn ld_half8<H: Half>(b: &[H; 8]) -> __m128i {
 
 // ---- shared helpers (also used by x86_avx512.rs)
 
-/// `GGML_CPU_FP16_TO_FP32` (F16C, exact).
+/// `GGML_CPU_FP16_TO_FP32`, exact for every input. Not F16C: for a scalar LLVM lowers
+/// `vcvtph2ps` of one value to a `vpinsrw` merging into whatever register it likes, which in the
+/// kernels was the accumulator, chaining every block behind the previous block's FMA. Here the
+/// exponent and mantissa are moved into f32 position and scaled by 2^112 with one exact multiply
+/// (which also turns subnormal halves into normal floats); infinities stay infinite, NaNs keep
+/// their payload and come out quiet, as `vcvtph2ps` makes them.
+#[inline]
+pub(super) fn f16(h: F16Le) -> f32 {
+    let h = u32::from(h.to_bits());
+    let sign = (h & 0x8000) << 16;
+    let em = h & 0x7fff;
+    let bits = if em == 0x7c00 {
+        0x7f80_0000
+    } else if em > 0x7c00 {
+        0x7fc0_0000 | ((em & 0x3ff) << 13)
+    } else {
+        (f32::from_bits(em << 13) * f32::from_bits(0x7780_0000)).to_bits()
+    };
+    f32::from_bits(bits | sign)
+}
+
+/// Two halves converted at once by F16C: `(f32(a), f32(b))`. Both lanes of the `vcvtph2ps`
+/// result are used, so LLVM builds its input with one zeroing `vmovd` of the 32-bit pair
+/// (converting a single half, it emits a `vpinsrw` that merges into an unrelated register —
+/// in the kernels the accumulator — and so chains each block behind the previous FMA).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn f16(h: F16Le) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
+pub(super) fn f16x2(a: F16Le, b: F16Le) -> (f32, f32) {
+    let pair = u32::from(a.to_bits()) | (u32::from(b.to_bits()) << 16);
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(pair as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// `f16(x.d) * f16(y.d)` with one conversion.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn f16_mul(a: F16Le, b: F16Le) -> f32 {
+    let (a, b) = f16x2(a, b);
+    a * b
 }
 
 /// ggml's `hsum_float_8`: `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`.
@@ -197,7 +231,7 @@ macro_rules! block32_kernels {
         fn q4_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
             let mut acc = _mm256_setzero_ps();
             for (x, y) in w.iter().zip(a) {
-                let d = _mm256_set1_ps(f16(x.d) * f16(y.d));
+                let d = _mm256_set1_ps(f16_mul(x.d, y.d));
                 let qx = _mm256_sub_epi8(bytes_from_nibbles_32(&x.qs), _mm256_set1_epi8(8));
                 let q = mul_sum_i8_pairs_float(qx, ld256(&y.qs));
                 acc = _mm256_fmadd_ps(d, q, acc);
@@ -210,8 +244,9 @@ macro_rules! block32_kernels {
             let mut acc = _mm256_setzero_ps();
             let mut summs = 0.0f32;
             for (x, y) in w.iter().zip(a) {
-                summs = f16(x.m).mul_add(f16(y.s), summs);
-                let d = _mm256_set1_ps(f16(x.d) * f16(y.d));
+                let (m, s) = f16x2(x.m, y.s);
+                summs = m.mul_add(s, summs);
+                let d = _mm256_set1_ps(f16_mul(x.d, y.d));
                 let q = mul_sum_us8_pairs_float(bytes_from_nibbles_32(&x.qs), ld256(&y.qs));
                 acc = _mm256_fmadd_ps(d, q, acc);
             }
@@ -222,7 +257,7 @@ macro_rules! block32_kernels {
         fn q5_0(w: &[BlockQ5_0], a: &[BlockQ8_0]) -> f32 {
             let mut acc = _mm256_setzero_ps();
             for (x, y) in w.iter().zip(a) {
-                let d = _mm256_set1_ps(f16(x.d) * f16(y.d));
+                let d = _mm256_set1_ps(f16_mul(x.d, y.d));
                 // q - 16: bytes whose fifth bit is clear become nibble | 0xF0 (= nibble - 16).
                 let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
                 let qx = _mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi);
@@ -237,11 +272,12 @@ macro_rules! block32_kernels {
             let mut acc = _mm256_setzero_ps();
             let mut summs = 0.0f32;
             for (x, y) in w.iter().zip(a) {
-                summs = f16(x.m).mul_add(f16(y.s), summs);
+                let (m, s) = f16x2(x.m, y.s);
+                summs = m.mul_add(s, summs);
                 let hi = _mm256_and_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(0x10));
                 let qx = _mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi);
                 let q = mul_sum_us8_pairs_float(qx, ld256(&y.qs));
-                acc = _mm256_fmadd_ps(q, _mm256_set1_ps(f16(x.d) * f16(y.d)), acc);
+                acc = _mm256_fmadd_ps(q, _mm256_set1_ps(f16_mul(x.d, y.d)), acc);
             }
             hsum_float_8(acc) + summs
         }
@@ -250,7 +286,7 @@ macro_rules! block32_kernels {
         fn q8_0(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
             let mut acc = _mm256_setzero_ps();
             for (x, y) in w.iter().zip(a) {
-                let d = _mm256_set1_ps(f16(x.d) * f16(y.d));
+                let d = _mm256_set1_ps(f16_mul(x.d, y.d));
                 let q = mul_sum_i8_pairs_float(ld256(&x.qs), ld256(&y.qs));
                 acc = _mm256_fmadd_ps(d, q, acc);
             }
@@ -294,8 +330,9 @@ pub(super) fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = y.d * f16(x.d);
-        let dmin = -y.d * f16(x.dmin);
+        let (xd, xmin) = f16x2(x.d, x.dmin);
+        let d = y.d * xd;
+        let dmin = -y.d * xmin;
         let packed = ld128(&x.scales);
         let scales = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
         let mins = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0f));
@@ -330,7 +367,7 @@ pub(super) fn q3_k(w: &[BlockQ3K], a: &[BlockQ8K]) -> f32 {
     let four = _mm256_set1_epi8(4);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = y.d * f16(x.d);
+        let d = y.d * f16x2(x.d, x.d).0;
         let sc = x.scales().map(i16::from);
         let hbits = ld256(&x.hmask);
         let mut sumi = _mm256_setzero_si256();
@@ -399,8 +436,9 @@ pub(super) fn q4_k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = y.d * f16(x.d);
-        let dmin = -y.d * f16(x.dmin);
+        let (xd, xmin) = f16x2(x.d, x.dmin);
+        let d = y.d * xd;
+        let dmin = -y.d * xmin;
         let (sc, m) = k4_scales_mins(&x.scales);
         let prod = k4_min_lanes(&m, y);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
@@ -427,8 +465,9 @@ pub(super) fn q5_k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0.0f32;
     for (x, y) in w.iter().zip(a) {
-        let d = y.d * f16(x.d);
-        let dmin = -y.d * f16(x.dmin);
+        let (xd, xmin) = f16x2(x.d, x.dmin);
+        let d = y.d * xd;
+        let dmin = -y.d * xmin;
         let (sc, m) = k4_scales_mins(&x.scales);
         let mins: [i32; 4] = bytemuck::cast(k4_min_lanes(&m, y));
         let isum = (mins[0] + mins[1]) + (mins[2] + mins[3]);
@@ -462,7 +501,7 @@ pub(super) fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     let m3 = _mm256_set1_epi8(3);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = y.d * f16(x.d);
+        let d = y.d * f16x2(x.d, x.d).0;
         let scales = ld128(&x.scales);
         let sub = _mm256_madd_epi16(ld_bsums(&y.bsums), _mm256_cvtepi8_epi16(scales));
         let sub = _mm256_slli_epi32::<5>(sub);
@@ -596,4 +635,18 @@ fn bf16_dot(x: &[Bf16Le], y: &[Bf16Le]) -> f32 {
         sumf += f64::from(a.to_f32() * b.to_f32());
     }
     sumf as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_conversion_is_exact_for_every_half() {
+        for bits in 0..=u16::MAX {
+            let h = F16Le::from_bits(bits);
+            let (ours, reference) = (f16(h), half::f16::from_bits(bits).to_f32());
+            assert_eq!(ours.to_bits(), reference.to_bits(), "{bits:#06x}");
+        }
+    }
 }
