@@ -3,7 +3,7 @@
 mod graph_support;
 
 use graph_support::{MockBackend, Qwen2Shape, all_f32, params};
-use minfer::graph::cpu_backend::silu;
+use minfer::vec_ops::expf::silu_libm as silu;
 use minfer::graph::{
     Backend, BackendImpl, BackendScheduler, BufRef, CNode, ComputeGraph, CpuBackend, DType,
     GraphAllocator, GraphBuilder, GraphCache, GraphError, GraphParams, KvProvider, NodeId,
@@ -677,11 +677,7 @@ fn cpu_refuses_ops_without_a_kernel_by_name() {
         backend: Backend::CPU,
         id: cpu.alloc_buffer(4),
     };
-    for op in [
-        Op::RmsNorm { eps: 1e-6 },
-        Op::MatMul { transpose_b: false },
-        Op::FusedFFN,
-    ] {
+    for op in [Op::Scale(2.0), Op::Softmax { dim: 0 }, Op::FusedFFN] {
         match cpu.execute_node(&cpu_node(op.clone(), &[0], 4), &[a], b, None) {
             Err(GraphError::NoKernel { node, op: got }) => {
                 assert_eq!(node, "node-9");
@@ -696,12 +692,16 @@ fn cpu_refuses_ops_without_a_kernel_by_name() {
     };
     assert!(matches!(
         cpu.execute_node(&cpu_node(Op::Add, &[0, 1], 4), &[a, short], b, None),
-        Err(GraphError::OperandLength {
-            operand: 1,
-            expected: 4,
-            got: 3,
-            ..
-        })
+        Err(GraphError::Kernel { .. })
+    ));
+    // A kernel that needs metadata or weights says so instead of computing garbage.
+    assert!(matches!(
+        cpu.execute_node(&cpu_node(Op::MatMul { transpose_b: false }, &[0], 4), &[a], b, None),
+        Err(GraphError::WrongMeta { expected: "matmul", .. })
+    ));
+    assert!(matches!(
+        cpu.execute_node(&cpu_node(Op::RmsNorm { eps: 1e-6 }, &[0], 4), &[a], b, None),
+        Err(GraphError::WrongMeta { expected: "norm", .. })
     ));
     let foreign = BufRef {
         backend: Backend::METAL,

@@ -370,21 +370,7 @@ fn lengths(ty: GgmlType) -> &'static [usize] {
     }
 }
 
-const WEIGHT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
+const WEIGHT_TYPES: [GgmlType; 13] = GgmlType::WEIGHT_TYPES;
 
 #[test]
 fn every_isa_matches_the_scalar_reference_within_budget() {

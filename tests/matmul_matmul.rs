@@ -23,21 +23,7 @@ use minfer::vec_ops::matmul::{MatmulError, WeightMatrix, matmul, matmul_with_isa
 mod generate;
 use generate::{Rng, activations, magnitude, weight_row};
 
-const WEIGHT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
+const WEIGHT_TYPES: [GgmlType; 13] = GgmlType::WEIGHT_TYPES;
 
 /// A random `rows x cols` matrix of `ty` as bytes.
 fn matrix(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {

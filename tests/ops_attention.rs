@@ -2,18 +2,12 @@
 //! every token the bits it gets alone in a decode step), thread-count independence, and the
 //! error cases of `attention` and `kv_store`.
 
+mod common;
+
 use minfer::vec_ops::{self, AttnArgs, Isa, OpsError, Pool};
 
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            ((s >> 8) as f32 / (1u32 << 23) as f32 - 1.0) * scale
-        })
-        .collect()
+    common::rng::symmetric(seed, n, scale)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {

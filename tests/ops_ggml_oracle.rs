@@ -10,19 +10,13 @@
 //! With `MINFER_OPS_ORACLE_FULL=/path/full.txt` (the driver's full dump) a failing case also
 //! names its first differing value.
 
+mod common;
+
 use minfer::vec_ops::{self, AttnArgs, Isa, Pool, RopeCache};
 
 /// The driver's input generator: xorshift32, uniform in [-scale, scale).
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            ((s >> 8) as f32 / (1u32 << 23) as f32 - 1.0) * scale
-        })
-        .collect()
+    common::rng::symmetric(seed, n, scale)
 }
 
 fn fnv(y: &[f32]) -> u64 {

@@ -1,19 +1,13 @@
 //! The element-wise and row kernels against plain f64 references (budgets), plus their
 //! error cases. (Bit-exactness against ggml itself is in `ops_ggml_oracle.rs`.)
 
+mod common;
+
 use minfer::quants::GgmlType;
 use minfer::vec_ops::{self, OpsError, RopeCache};
 
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            ((s >> 8) as f32 / (1u32 << 23) as f32 - 1.0) * scale
-        })
-        .collect()
+    common::rng::symmetric(seed, n, scale)
 }
 
 #[test]

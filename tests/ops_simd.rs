@@ -2,18 +2,12 @@
 //! the special values where the polynomial `expf` changes path; and the environment levers
 //! that force a lower instruction set.
 
+mod common;
+
 use minfer::vec_ops::{self, AttnArgs, Isa, Pool};
 
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            ((s >> 8) as f32 / (1u32 << 23) as f32 - 1.0) * scale
-        })
-        .collect()
+    common::rng::symmetric(seed, n, scale)
 }
 
 /// Bit patterns, with every NaN folded into one (NaN payloads are not part of the contract).

@@ -2,20 +2,14 @@
 //! Not a test of anything; run with
 //! `cargo test --release --test ops_timing -- --ignored --nocapture`.
 
+mod common;
+
 use std::time::Instant;
 
 use minfer::vec_ops::{self, AttnArgs, Isa, Pool, RopeCache};
 
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            ((s >> 8) as f32 / (1u32 << 23) as f32 - 1.0) * scale
-        })
-        .collect()
+    common::rng::symmetric(seed, n, scale)
 }
 
 /// Best of `reps` runs of `f`, in microseconds.

@@ -123,21 +123,7 @@ fn random_activations(n: usize, scale: f32, rng: &mut Rng) -> Vec<f32> {
         .collect()
 }
 
-const WEIGHT_TYPES: [GgmlType; 13] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
+const WEIGHT_TYPES: [GgmlType; 13] = GgmlType::WEIGHT_TYPES;
 
 /// Checks both budgets for one weight row and one activation row; returns the two relative
 /// errors (of `S`) for reporting.

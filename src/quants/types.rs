@@ -68,6 +68,13 @@ impl GgmlType {
         GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::Q8K, GgmlType::BF16,
     ];
 
+    /// Every type minfer stores weights in (everything but the activation-only Q8_1 and Q8_K).
+    pub const WEIGHT_TYPES: [GgmlType; 13] = [
+        GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
+        GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2K, GgmlType::Q3K,
+        GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K,
+    ];
+
     pub fn from_id(id: u32) -> Option<GgmlType> {
         GgmlType::ALL.iter().copied().find(|t| *t as u32 == id)
     }

@@ -27,3 +27,17 @@ impl Rng {
         if self.next().is_multiple_of(64) { g * 20.0 } else { g }
     }
 }
+
+/// `n` values uniform in [-scale, scale), from a xorshift32 stream seeded with
+/// `seed * 2654435761 + 1` (the stream the ops tests and their ggml oracle hashes were made with).
+pub fn symmetric(seed: u32, n: usize, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            ((s >> 8) as f32 / (1u32 << 23) as f32 - 1.0) * scale
+        })
+        .collect()
+}
