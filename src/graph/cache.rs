@@ -140,6 +140,19 @@ impl GraphCache {
         }
     }
 
+    /// [`execute`](Self::execute) with an observer of every node's output
+    /// ([`BackendScheduler::execute_observed`]).
+    pub fn execute_observed(
+        &mut self,
+        sched: &BackendScheduler,
+        observe: &mut dyn FnMut(&CNode, &[f32]),
+    ) -> Result<(), GraphError> {
+        match self.current() {
+            Some((graph, alloc)) => sched.execute_observed(graph, alloc, observe),
+            None => Ok(()),
+        }
+    }
+
     /// Compares `graph` with the cached one node by node — op with payload, sources, shape,
     /// dtype, layer and metadata — plus the input and output lists. Backends and uid are not
     /// compared (they are assigned after building). Build both sides from equal params: a
