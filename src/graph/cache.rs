@@ -12,7 +12,7 @@ use super::alloc::GraphAllocator;
 use super::error::{GraphError, StructuralField};
 use super::fusion::FusionPass;
 use super::params::GraphParams;
-use super::scheduler::BackendScheduler;
+use super::scheduler::{BackendScheduler, NodeObserver};
 use super::{CNode, ComputeGraph};
 
 /// Process-wide graph id counter: monotonic, from 1. A counter only; no behaviour reads it
@@ -145,7 +145,7 @@ impl GraphCache {
     pub fn execute_observed(
         &mut self,
         sched: &BackendScheduler,
-        observe: &mut dyn FnMut(&CNode, &[f32]),
+        observe: &mut NodeObserver,
     ) -> Result<(), GraphError> {
         match self.current() {
             Some((graph, alloc)) => sched.execute_observed(graph, alloc, observe),

@@ -17,6 +17,9 @@ use super::error::GraphError;
 use super::registry::Backend;
 use super::{BufRef, CNode, ComputeGraph, NodeId};
 
+/// Sees each executed node's host-visible output ([`BackendScheduler::execute_observed`]).
+pub type NodeObserver<'a> = dyn FnMut(&CNode, &[f32]) + 'a;
+
 /// Environment variable that turns the execution trace on (`1`).
 pub const TRACE_ENV: &str = "MINFER_GRAPH_TRACE";
 
@@ -131,7 +134,7 @@ impl BackendScheduler {
         &self,
         graph: &ComputeGraph,
         alloc: &mut GraphAllocator,
-        observe: &mut dyn FnMut(&CNode, &[f32]),
+        observe: &mut NodeObserver,
     ) -> Result<(), GraphError> {
         self.run(graph, alloc, Some(observe))
     }
@@ -140,7 +143,7 @@ impl BackendScheduler {
         &self,
         graph: &ComputeGraph,
         alloc: &mut GraphAllocator,
-        mut observe: Option<&mut dyn FnMut(&CNode, &[f32])>,
+        mut observe: Option<&mut NodeObserver>,
     ) -> Result<(), GraphError> {
         alloc.check_plan(graph)?;
         let splits = self.split_graph(graph)?;

@@ -40,7 +40,12 @@ pub const REPACK_ROWS: usize = 8;
 /// One row of `ggml_gemv_q4_0_8x8_q8_0` (x86): `acc = fma(f32(isum), d_w * d_a, acc)` per block.
 pub fn gemv_q4_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
     w.iter().zip(a).fold(0.0f32, |acc, (x, y)| {
-        let isum: i32 = x.quants().iter().zip(&y.qs).map(|(&q, &v)| i32::from(q) * i32::from(v)).sum();
+        let isum: i32 = x
+            .quants()
+            .iter()
+            .zip(&y.qs)
+            .map(|(&q, &v)| i32::from(q) * i32::from(v))
+            .sum();
         (isum as f32).mul_add(x.d.to_f32() * y.d.to_f32(), acc)
     })
 }

@@ -36,6 +36,7 @@
 //! | F32 · F32 | `ggml_vec_dot_f32`, `GGML_F32_STEP` accumulators + reduce | AVX build: 4×8 lanes | AVX-512 build: 4×16 lanes |
 //! | F16 · F16 | `ggml_vec_dot_f16`, same layout, f64 tail | AVX build | AVX-512 build |
 //! | BF16 · BF16 | `ggml_vec_dot_bf16` | AVX2 build: 4×8 lanes `mul`+`add` | AVX512_BF16 build: `vdpbf16ps` emulated (exact products, odd then even) |
+//! | Q4_0 · Q8_0, Q4_K · Q8_K, matrix of 8k rows | repacked `ggml_gemv_*_8x8` ([`gemv`](super::gemv)): whole block integer, one `fma` per block | [`Kernels::gemv`] | same |
 //!
 //! "Same order" is checked bit for bit against ggml's own SIMD kernels compiled on this machine
 //! (`tests/matmul_dots.rs` reads `tests/data/q8-oracle.jsonl`). Known differences: ggml's
