@@ -32,7 +32,9 @@ pub struct EngineParams {
 /// executed node's output row for that token is written to `dir/<node name>.f32` (raw
 /// little-endian f32; a repeated name gets `#1`, `#2`, ... appended), and `dir/index.tsv` lists
 /// the files with their op and shape. Nodes without a per-token row (KV regions) are written
-/// whole. Used to compare minfer with llama.cpp's intermediate tensors node by node.
+/// whole; nodes computed only for the output rows (the last layer's tail, the head) are skipped
+/// when `pos` is not one of them. Used to compare minfer with llama.cpp's intermediate tensors
+/// node by node (`tools/parity`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeDump {
     pub dir: std::path::PathBuf,
@@ -61,8 +63,12 @@ impl NodeDump {
         let [width, rows, ..] = node.out_shape;
         let row = if rows == nt {
             Some(t)
-        } else if rows == n_out && t >= nt - n_out {
-            Some(t - (nt - n_out))
+        } else if rows == n_out {
+            // After the tail-row gather only the last n_out tokens have rows here.
+            match t.checked_sub(nt - n_out) {
+                Some(r) => Some(r),
+                None => return Ok(()),
+            }
         } else {
             None
         };
