@@ -3,7 +3,6 @@
 mod graph_support;
 
 use graph_support::{MockBackend, Qwen2Shape, all_f32, params};
-use minfer::vec_ops::expf::silu_libm as silu;
 use minfer::graph::{
     Backend, BackendImpl, BackendScheduler, BufRef, CNode, ComputeGraph, CpuBackend, DType,
     GraphAllocator, GraphBuilder, GraphCache, GraphError, GraphParams, KvProvider, NodeId,
@@ -677,6 +676,7 @@ fn cpu_refuses_ops_without_a_kernel_by_name() {
         backend: Backend::CPU,
         id: cpu.alloc_buffer(4),
     };
+    // Vocabulary no supported architecture emits, and a GPU decode fusion.
     for op in [Op::Scale(2.0), Op::Softmax { dim: 0 }, Op::FusedFFN] {
         match cpu.execute_node(&cpu_node(op.clone(), &[0], 4), &[a], b, None) {
             Err(GraphError::NoKernel { node, op: got }) => {
@@ -690,10 +690,11 @@ fn cpu_refuses_ops_without_a_kernel_by_name() {
         backend: Backend::CPU,
         id: cpu.alloc_buffer(3),
     };
-    assert!(matches!(
-        cpu.execute_node(&cpu_node(Op::Add, &[0, 1], 4), &[a, short], b, None),
-        Err(GraphError::Kernel { .. })
-    ));
+    // A short operand: the kernel refuses it, naming the node.
+    match cpu.execute_node(&cpu_node(Op::Add, &[0, 1], 4), &[a, short], b, None) {
+        Err(GraphError::Kernel { node, .. }) => assert_eq!(node, "node-9"),
+        other => panic!("expected a kernel error for a short operand, got {other:?}"),
+    }
     // A kernel that needs metadata or weights says so instead of computing garbage.
     assert!(matches!(
         cpu.execute_node(&cpu_node(Op::MatMul { transpose_b: false }, &[0], 4), &[a], b, None),
@@ -732,4 +733,10 @@ fn a_pool_in_use_cannot_be_replaced() {
     ));
     alloc.release();
     assert_eq!(alloc.node_buffer(0), None);
+}
+
+/// The CPU backend's silu of one value: ggml's `ggml_silu_f32` (libm `expf`), what a row too
+/// short for a whole vector gets.
+fn silu(x: f32) -> f32 {
+    minfer::vec_ops::expf::silu_libm(x)
 }

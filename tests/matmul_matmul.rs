@@ -135,8 +135,8 @@ fn matches_dequantized_f64_reference() {
 fn bit_identical_for_1_2_and_3_threads() {
     let pools: Vec<Pool> = (1..=3).map(|n| Pool::new(n).unwrap()).collect();
     let mut rng = Rng(0xabcd_0002);
-    let rows = 2 * minfer::vec_ops::matmul::ROW_TILE + 5;
-    for ty in WEIGHT_TYPES {
+    // 37 rows: vec_dot for every type; 40: the repacked gemv for Q4_0 and Q4_K.
+    for (ty, rows) in WEIGHT_TYPES.into_iter().flat_map(|ty| [(ty, 2 * minfer::vec_ops::matmul::ROW_TILE + 5), (ty, 40)]) {
         let cols = cols_for(ty);
         let data = matrix(&mut rng, ty, rows, cols);
         let w = WeightMatrix {
@@ -171,7 +171,7 @@ fn batch_of_7_equals_7_single_tokens() {
     let nt = 7;
     for ty in WEIGHT_TYPES {
         let cols = cols_for(ty);
-        for rows in [1, 37, 3 * minfer::vec_ops::matmul::ROW_TILE + 1] {
+        for rows in [1, 37, 3 * minfer::vec_ops::matmul::ROW_TILE + 1, 24] {
             let data = matrix(&mut rng, ty, rows, cols);
             let w = WeightMatrix {
                 ty,
@@ -231,6 +231,50 @@ fn active_isa_is_what_matmul_uses_and_scalar_equals_reference_dots() {
                 (dot + bias[r]).to_bits(),
                 "{ty} row {r}"
             );
+        }
+    }
+}
+
+/// Q4_0 and Q4_K matrices of a multiple of 8 rows are multiplied in the order of llama.cpp's
+/// repacked gemv (`quants::gemv`), bit for bit the same in every ISA this CPU runs on x86;
+/// other row counts use the dot.
+#[test]
+fn repacked_types_use_the_gemv_order() {
+    let pool = Pool::new(2).unwrap();
+    let mut rng = Rng(0xabcd_0005);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4K] {
+        let cols = cols_for(ty);
+        for rows in [16, 9] {
+            let data = matrix(&mut rng, ty, rows, cols);
+            let w = WeightMatrix {
+                ty,
+                data: &data,
+                rows,
+                cols,
+            };
+            let x = activations(&mut rng, cols);
+            let act = ActRow::for_weight(ty, &x).unwrap();
+            let row_bytes = w.row_bytes();
+            let want: Vec<u32> = (0..rows)
+                .map(|r| {
+                    let row = &data[r * row_bytes..(r + 1) * row_bytes];
+                    let v = match (rows % 8, &act) {
+                        (0, ActRow::Q8_0(a)) => gemv::gemv_q4_0(blocks_of(row, cols).unwrap(), a),
+                        (0, ActRow::Q8K(a)) => gemv::gemv_q4_k(blocks_of(row, cols).unwrap(), a),
+                        _ => vec_dot_row(ty, row, &act).unwrap(),
+                    };
+                    v.to_bits()
+                })
+                .collect();
+            for isa in supported_isas() {
+                // The x86 SIMD dots sum in ggml's x86 order, not the scalar one; NEON follows
+                // no ggml order.
+                if (rows % 8 != 0 || !cfg!(target_arch = "x86_64")) && isa != Isa::Scalar {
+                    continue;
+                }
+                let got = bits(&run(&pool, &w, &x, None, isa));
+                assert_eq!(got, want, "{ty} {isa} rows {rows}");
+            }
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Bit-exactness against ggml's own C code, run on deterministic inputs by
 //! `tests/data/ggml-oracle/` (see its `build.sh`) and recorded in `tests/data/q8-oracle.jsonl`:
 //!
-//! * activation quantizers: `quantize_row_q8_0/q8_1/q8_k` against ggml's x86 build (GCC
-//!   defaults, `_fast`), the `_ref` variants against the strict build (`_off`); inputs include
-//!   all-zero rows, exact halves, tiny (scale overflow), huge and non-finite values, and values
-//!   where FMA contraction changes Q8_K's rounding;
+//! * activation quantizers: `quantize_row_q8_0/q8_1` against ggml's x86 build (GCC defaults,
+//!   `_fast`), the `_ref` variants against the strict build (`_off`); `quantize_row_q8_k`
+//!   against the strict build (`_off`: llama.cpp's reference build compiles `ggml-quants.c`,
+//!   part of `ggml-base`, without FMA) and `quantize_row_q8_k_fma` against the contracted one
+//!   (`_fast`); inputs include all-zero rows, exact halves, tiny (scale overflow), huge and
+//!   non-finite values, and values where FMA contraction changes Q8_K's rounding;
 //! * `vec_dot_row` against ggml's generic kernels (strict build) bit for bit, and against the
 //!   x86 SIMD kernels within a stated budget (they sum in another order);
 //! * `dequantize_row` on random blocks against ggml's C dequantizers.
@@ -95,16 +97,16 @@ fn activation_quantizers_match_ggml_bit_for_bit() {
 
         let mut qk = vec![BlockQ8K::default(); x.len() / 256];
         quantize_row_q8_k(&x, &mut qk).unwrap();
-        let ggml = q8k_blocks(&hex(field(r, "q8_k_fast")));
+        let ggml = q8k_blocks(&hex(field(r, "q8_k_off")));
         assert!(
             qk.iter().zip(&ggml).all(|(a, b)| same_q8k(a, b)),
             "q8_k row {row}"
         );
-        quantize_row_q8_k_ref(&x, &mut qk).unwrap();
-        let ggml = q8k_blocks(&hex(field(r, "q8_k_off")));
+        quantize_row_q8_k_fma(&x, &mut qk).unwrap();
+        let ggml = q8k_blocks(&hex(field(r, "q8_k_fast")));
         assert!(
             qk.iter().zip(&ggml).all(|(a, b)| same_q8k(a, b)),
-            "q8_k_ref row {row}"
+            "q8_k_fma row {row}"
         );
         checked += 1;
     }

@@ -35,9 +35,9 @@ fn q8_k(x: &[f32]) -> Vec<BlockQ8K> {
     out
 }
 
-fn q8_k_ref(x: &[f32]) -> Vec<BlockQ8K> {
+fn q8_k_fma(x: &[f32]) -> Vec<BlockQ8K> {
     let mut out = vec![BlockQ8K::default(); x.len() / 256];
-    quantize_row_q8_k_ref(x, &mut out).unwrap();
+    quantize_row_q8_k_fma(x, &mut out).unwrap();
     out
 }
 
@@ -135,8 +135,9 @@ fn q8_k_maps_the_signed_extreme_to_minus_127() {
 }
 
 /// Values where `iscale * x` rounded to f32 lands on a half-integer although the exact product
-/// does not: GCC's fused multiply-add (llama.cpp's build) rounds the exact product, the plain
-/// reading of the C source rounds the f32 product.
+/// does not: the plain reading of the C source (llama.cpp's `GGML_NATIVE=OFF` build, whose
+/// `ggml-base` has no FMA) rounds the f32 product, GCC's fused multiply-add (a `-march=native`
+/// build) rounds the exact product.
 #[test]
 fn q8_k_fused_rounding_differs_from_the_plain_source() {
     let mut x = [0.0f32; 256];
@@ -151,8 +152,8 @@ fn q8_k_fused_rounding_differs_from_the_plain_source() {
         .find(|&v| exact(v) != of_f32(v))
         .unwrap();
     x[1] = v;
-    let fused = q8_k(&x)[0];
-    let plain = q8_k_ref(&x)[0];
+    let fused = q8_k_fma(&x)[0];
+    let plain = q8_k(&x)[0];
     assert_eq!(fused.qs[1], exact(v), "x = {v}");
     assert_eq!(plain.qs[1], of_f32(v), "x = {v}");
     assert_eq!(fused.qs[0], -127);
@@ -261,7 +262,7 @@ fn round_trip_errors_stay_within_budget() {
                 assert!(err <= budget, "s err {err} > {budget}");
             }
         }
-        for blocks in [q8_k(&x), q8_k_ref(&x)] {
+        for blocks in [q8_k(&x), q8_k_fma(&x)] {
             for (b, x) in blocks.iter().zip(x.chunks(256)) {
                 let budget = (0.5 + 1e-5) * b.d.abs() as f64;
                 for (&q, &x) in b.qs.iter().zip(x) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::CliError;
-use crate::generate::{Engine, EngineParams, default_threads, trace_from_env};
+use crate::generate::{Engine, EngineParams, NodeDump, default_threads, trace_from_env};
 use crate::gguf::GgufFile;
 use crate::models::load_model;
 
@@ -56,6 +56,7 @@ impl EngineArgs {
             n_threads: self.threads.unwrap_or_else(default_threads).max(1),
             backends: self.backend.clone(),
             trace: trace_from_env(),
+            dump: NodeDump::from_env(),
         };
         Ok(Engine::new(model, &p)?)
     }

@@ -24,11 +24,77 @@ pub struct EngineParams {
     pub backends: Option<String>,
     /// Print the splits and the op census of every execution (`MINFER_GRAPH_TRACE=1`).
     pub trace: bool,
+    /// Dump every node's output for one position (`MINFER_DUMP_DIR` + `MINFER_DUMP_POS`).
+    pub dump: Option<NodeDump>,
+}
+
+/// A debugging dump of one evaluation: when the token at position `pos` is evaluated, every
+/// executed node's output row for that token is written to `dir/<node name>.f32` (raw
+/// little-endian f32; a repeated name gets `#1`, `#2`, ... appended), and `dir/index.tsv` lists
+/// the files with their op and shape. Nodes without a per-token row (KV regions) are written
+/// whole; nodes computed only for the output rows (the last layer's tail, the head) are skipped
+/// when `pos` is not one of them. Used to compare minfer with llama.cpp's intermediate tensors
+/// node by node (`tools/parity`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeDump {
+    pub dir: std::path::PathBuf,
+    pub pos: usize,
+}
+
+impl NodeDump {
+    /// `MINFER_DUMP_DIR` and `MINFER_DUMP_POS`, when both are set (and the position parses).
+    pub fn from_env() -> Option<NodeDump> {
+        let dir = std::env::var_os("MINFER_DUMP_DIR")?;
+        let pos = std::env::var("MINFER_DUMP_POS").ok()?.trim().parse().ok()?;
+        Some(NodeDump { dir: dir.into(), pos })
+    }
+
+    /// Writes `node`'s output row of token `t` of an evaluation of `nt` tokens with `n_out`
+    /// output rows, and its line of the index.
+    fn write_node(
+        &self,
+        seen: &mut std::collections::HashMap<String, usize>,
+        index: &mut String,
+        node: &crate::graph::CNode,
+        data: &[f32],
+        (t, nt, n_out): (usize, usize, usize),
+    ) -> std::io::Result<()> {
+        use std::fmt::Write as _;
+        let [width, rows, ..] = node.out_shape;
+        let row = if rows == nt {
+            Some(t)
+        } else if rows == n_out {
+            // After the tail-row gather only the last n_out tokens have rows here.
+            match t.checked_sub(nt - n_out) {
+                Some(r) => Some(r),
+                None => return Ok(()),
+            }
+        } else {
+            None
+        };
+        let values = match row {
+            Some(r) if node.n_elements() == width * rows && data.len() >= (r + 1) * width => &data[r * width..(r + 1) * width],
+            _ => data,
+        };
+        let n = seen.entry(node.name.clone()).or_insert(0);
+        let file = if *n == 0 { node.name.clone() } else { format!("{}#{}", node.name, n) };
+        *n += 1;
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(self.dir.join(format!("{file}.f32")), bytes)?;
+        let _ = writeln!(index, "{file}\t{}\t{:?}\t{}", node.op.name(), node.out_shape, values.len());
+        Ok(())
+    }
 }
 
 impl Default for EngineParams {
     fn default() -> Self {
-        EngineParams { n_ctx: 4096, n_threads: default_threads(), backends: None, trace: trace_from_env() }
+        EngineParams {
+            n_ctx: 4096,
+            n_threads: default_threads(),
+            backends: None,
+            trace: trace_from_env(),
+            dump: NodeDump::from_env(),
+        }
     }
 }
 
@@ -58,6 +124,8 @@ pub enum EngineError {
     ZeroContext,
     #[error("n_out {n_out} must be between 1 and the {n_tokens} tokens evaluated")]
     BadOutputRows { n_out: usize, n_tokens: usize },
+    #[error("node dump to {dir}: {err}")]
+    Dump { dir: String, err: std::io::Error },
 }
 
 /// What the last `eval` did with the graph (for tests and traces).
@@ -73,6 +141,7 @@ pub struct Engine {
     cparams: CParams,
     n_past: usize,
     last: Option<EvalInfo>,
+    dump: Option<NodeDump>,
 }
 
 impl Engine {
@@ -94,6 +163,7 @@ impl Engine {
             cparams,
             n_past: 0,
             last: None,
+            dump: p.dump.clone(),
         })
     }
 
@@ -175,7 +245,24 @@ impl Engine {
             alloc.fill_input_i32(graph, "tail_ids", &tail)?;
         }
         let out = *graph.outputs.first().ok_or(GraphError::NoGraph)?;
-        self.cache.execute(&self.sched)?;
+        match self.dump.as_ref().filter(|d| (self.n_past..self.n_past + nt).contains(&d.pos)) {
+            None => self.cache.execute(&self.sched)?,
+            Some(d) => {
+                let t = d.pos - self.n_past;
+                let io = |err| EngineError::Dump { dir: d.dir.display().to_string(), err };
+                std::fs::create_dir_all(&d.dir).map_err(io)?;
+                let (mut seen, mut index, mut failed) = (Default::default(), String::new(), None);
+                self.cache.execute_observed(&self.sched, &mut |node, data| {
+                    if failed.is_none() {
+                        failed = d.write_node(&mut seen, &mut index, node, data, (t, nt, n_out)).err();
+                    }
+                })?;
+                if let Some(err) = failed {
+                    return Err(io(err));
+                }
+                std::fs::write(d.dir.join("index.tsv"), index).map_err(io)?;
+            }
+        }
         let (_, alloc) = self.cache.current().ok_or(GraphError::NoGraph)?;
         let logits = alloc.copy_to_cpu(out)?;
         self.n_past += nt;

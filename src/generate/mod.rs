@@ -6,7 +6,7 @@ mod run;
 mod sampler;
 mod stop;
 
-pub use engine::{Engine, EngineError, EngineParams, EvalInfo, default_threads, trace_from_env};
+pub use engine::{Engine, EngineError, EngineParams, EvalInfo, NodeDump, default_threads, trace_from_env};
 pub use rng::SampleRng;
 pub use run::{GenerateError, GenerateParams, Generation, StopReason, generate};
 pub use sampler::{Sampler, SamplerError, SamplerParams, argmax};

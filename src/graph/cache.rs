@@ -12,7 +12,7 @@ use super::alloc::GraphAllocator;
 use super::error::{GraphError, StructuralField};
 use super::fusion::FusionPass;
 use super::params::GraphParams;
-use super::scheduler::BackendScheduler;
+use super::scheduler::{BackendScheduler, NodeObserver};
 use super::{CNode, ComputeGraph};
 
 /// Process-wide graph id counter: monotonic, from 1. A counter only; no behaviour reads it
@@ -136,6 +136,19 @@ impl GraphCache {
     pub fn execute(&mut self, sched: &BackendScheduler) -> Result<(), GraphError> {
         match self.current() {
             Some((graph, alloc)) => sched.execute(graph, alloc),
+            None => Ok(()),
+        }
+    }
+
+    /// [`execute`](Self::execute) with an observer of every node's output
+    /// ([`BackendScheduler::execute_observed`]).
+    pub fn execute_observed(
+        &mut self,
+        sched: &BackendScheduler,
+        observe: &mut NodeObserver,
+    ) -> Result<(), GraphError> {
+        match self.current() {
+            Some((graph, alloc)) => sched.execute_observed(graph, alloc, observe),
             None => Ok(()),
         }
     }

@@ -53,7 +53,7 @@ pub use ops::{
 };
 pub use params::{CParams, GraphParams, GraphType};
 pub use registry::{Backend, BackendEntry, BackendFence, BackendRegistry, Capabilities};
-pub use scheduler::{BackendScheduler, Split};
+pub use scheduler::{BackendScheduler, NodeObserver, Split};
 pub use weights::{WeightStore, WeightView};
 
 /// Index of a node in [`ComputeGraph::nodes`]; build order is id order.

@@ -17,6 +17,9 @@ use super::error::GraphError;
 use super::registry::Backend;
 use super::{BufRef, CNode, ComputeGraph, NodeId};
 
+/// Sees each executed node's host-visible output ([`BackendScheduler::execute_observed`]).
+pub type NodeObserver<'a> = dyn FnMut(&CNode, &[f32]) + 'a;
+
 /// Environment variable that turns the execution trace on (`1`).
 pub const TRACE_ENV: &str = "MINFER_GRAPH_TRACE";
 
@@ -121,6 +124,27 @@ impl BackendScheduler {
         graph: &ComputeGraph,
         alloc: &mut GraphAllocator,
     ) -> Result<(), GraphError> {
+        self.run(graph, alloc, None)
+    }
+
+    /// [`execute`](Self::execute), handing each executed node's host-visible output to
+    /// `observe` right after the node ran (before a later node can reuse its buffer). For
+    /// debugging dumps; nodes whose buffer is not host-visible are skipped.
+    pub fn execute_observed(
+        &self,
+        graph: &ComputeGraph,
+        alloc: &mut GraphAllocator,
+        observe: &mut NodeObserver,
+    ) -> Result<(), GraphError> {
+        self.run(graph, alloc, Some(observe))
+    }
+
+    fn run(
+        &self,
+        graph: &ComputeGraph,
+        alloc: &mut GraphAllocator,
+        mut observe: Option<&mut NodeObserver>,
+    ) -> Result<(), GraphError> {
         alloc.check_plan(graph)?;
         let splits = self.split_graph(graph)?;
         if self.trace {
@@ -134,6 +158,12 @@ impl BackendScheduler {
             }
             for node in &graph.nodes[split.node_range.0..split.node_range.1] {
                 self.execute_node(node, split.backend, alloc)?;
+                if let Some(f) = observe.as_mut()
+                    && !node.is_input()
+                    && let Some(data) = alloc.read_node(node.id)
+                {
+                    f(node, data);
+                }
             }
             alloc.synchronize(split.backend)?;
         }

@@ -38,6 +38,7 @@ mod act;
 mod blocks;
 pub mod dequant;
 pub mod dot;
+pub mod gemv;
 pub mod q8;
 mod scalars;
 pub mod simd;
@@ -52,7 +53,7 @@ pub use dequant::{WeightBlock, blocks_of, dequantize_blocks, dequantize_row};
 pub use dot::{VecDot, vec_dot, vec_dot_row};
 pub use q8::{
     ActBlock, dequantize_act, quantize_row, quantize_row_q8_0, quantize_row_q8_0_ref,
-    quantize_row_q8_1, quantize_row_q8_1_ref, quantize_row_q8_k, quantize_row_q8_k_ref,
+    quantize_row_q8_1, quantize_row_q8_1_ref, quantize_row_q8_k, quantize_row_q8_k_fma,
 };
 pub use scalars::{Bf16Le, F16Le, F32Le};
 pub use types::{GgmlType, ggml_block_geometry, ggml_type_name};

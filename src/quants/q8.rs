@@ -11,7 +11,7 @@
 //! | --- | --- | --- |
 //! | Q8_0 | `quantize_row_q8_0` in `ggml-cpu/arch/x86/quants.c` (AVX path) | [`quantize_row_q8_0`] |
 //! | Q8_1 | `quantize_row_q8_1` in `ggml-cpu/arch/x86/quants.c` (AVX2 path) | [`quantize_row_q8_1`] |
-//! | Q8_K | `quantize_row_q8_K` (x86) = `quantize_row_q8_K_ref` in `ggml-quants.c`, as GCC compiles it | [`quantize_row_q8_k`] |
+//! | Q8_K | `quantize_row_q8_K` (x86) = `quantize_row_q8_K_ref` in `ggml-quants.c` (`ggml-base`, no FMA in the reference build) | [`quantize_row_q8_k`] |
 //! | F16 | `ggml_cpu_fp32_to_fp16` (F16C, round to nearest even) | [`F16Le::from_f32`] |
 //! | BF16 | `ggml_cpu_fp32_to_bf16` = `ggml_compute_fp32_to_bf16` | [`Bf16Le::from_f32`] |
 //!
@@ -29,15 +29,17 @@
 //! differ where packing saturates, i.e. for non-finite input). They are provided as
 //! [`quantize_row_q8_0_ref`] and [`quantize_row_q8_1_ref`].
 //!
-//! Q8_K has a single C definition, but its arithmetic depends on the compiler: ggml is built
-//! with `-std=gnu11` (CMake's `C_STANDARD 11` with extensions), under which GCC defaults to
-//! `-ffp-contract=fast`, and with `-march=native`, which brings FMA. GCC then fuses
-//! `nearest_int(iscale * x)`'s `iscale * x + 1.5*2^23` into one `vfmadd` (checked in the
-//! disassembly), which rounds the exact product instead of the f32 product.
-//! [`quantize_row_q8_k`] mirrors that build (the one the reference data came from);
-//! [`quantize_row_q8_k_ref`] the unfused reading of the source. The Q8_0/Q8_1 paths are
-//! intrinsics with no add to fuse, and the dequantizers are immune too (wherever they add, the
-//! product before it is exact in f32), so nothing else here depends on contraction.
+//! Q8_K has a single C definition, but its arithmetic depends on the compiler flags of the
+//! file it lives in, `ggml-quants.c`, which belongs to `ggml-base`, not to the CPU backend.
+//! llama.cpp's CMake gives `ggml-base` no instruction-set flags unless `GGML_NATIVE=ON` (the
+//! CPU variant flags `-mavx2 -mfma ...` of `GGML_NATIVE=OFF` builds apply to `ggml-cpu` only),
+//! so in the reference build (`GGML_NATIVE=OFF`, SSE2 baseline) `nearest_int(iscale * x)`
+//! rounds the f32 product and then adds `1.5*2^23` (`mulps` + `addps` in its disassembly):
+//! [`quantize_row_q8_k`]. A `-march=native` GCC build (`-std=gnu11`, hence
+//! `-ffp-contract=fast`, plus FMA) fuses the two into one `vfmadd`, which rounds the exact
+//! product instead: [`quantize_row_q8_k_fma`]. The Q8_0/Q8_1 paths are intrinsics with no add
+//! to fuse, and the dequantizers are immune too (wherever they add, the product before it is
+//! exact in f32), so nothing else here depends on contraction.
 //!
 //! Degenerate input is mirrored too: NaN compares like x86 `maxps`; a value out of int32 range
 //! (from an `amax` so small that `127 / amax` overflows, or from inf/NaN) converts to
@@ -211,13 +213,13 @@ fn magic_round(sum: f32) -> i32 {
 /// How `nearest_int(iscale * x)` is evaluated.
 #[derive(Clone, Copy)]
 enum Q8kRounding {
-    /// As GCC compiles it in llama.cpp's build (`-std=gnu11`, hence `-ffp-contract=fast`, and
-    /// FMA from `-march=native`): the product and the magic-number add fuse into one FMA, so the
+    /// As GCC compiles it with FMA available (`-march=native`; `-std=gnu11` implies
+    /// `-ffp-contract=fast`): the product and the magic-number add fuse into one FMA, so the
     /// *exact* product is rounded to an integer.
     Fused,
-    /// As the C source reads (clang, MSVC, non-FMA targets): the product is rounded to f32
-    /// first, then to an integer. Differs from `Fused` when that first rounding lands on or
-    /// across a half-integer.
+    /// As the C source reads, and as llama.cpp's `GGML_NATIVE=OFF` build compiles it (no FMA
+    /// in `ggml-base`): the product is rounded to f32 first, then to an integer. Differs from
+    /// `Fused` when that first rounding lands on or across a half-integer.
     Separate,
 }
 
@@ -271,9 +273,10 @@ fn q8k_block(x: &[f32], rounding: Q8kRounding) -> BlockQ8K {
 impl ActBlock for BlockQ8K {
     const TYPE: GgmlType = GgmlType::Q8K;
 
-    /// llama.cpp's x86 Q8_K quantizer, see [`quantize_row_q8_k`].
+    /// llama.cpp's Q8_K quantizer as the reference build compiles it, see
+    /// [`quantize_row_q8_k`].
     fn quantize(x: &[f32]) -> Self {
-        q8k_block(x, Q8kRounding::Fused)
+        q8k_block(x, Q8kRounding::Separate)
     }
 
     fn dequantize(&self, out: &mut [f32]) {
@@ -388,23 +391,23 @@ pub fn quantize_row_q8_1(x: &[f32], out: &mut [BlockQ8_1]) -> Result<(), QuantEr
     quantize_row(x, out)
 }
 
-/// Q8_K activations as llama.cpp's x86 build makes them. ggml's x86 `quantize_row_q8_K` just
-/// calls `quantize_row_q8_K_ref` (there is no SIMD version), but GCC compiles that with
-/// `iscale * x + 1.5*2^23` fused into one FMA (see the module docs), so this rounds the exact
-/// product `iscale * x` to the nearest integer, ties to even. Per block: `max` = the value of
-/// largest magnitude, `iscale = -127 / max`, `qs = min(127, round(iscale * x))`,
-/// `d = 1 / iscale` (negative when `max > 0`), `bsums` = sums of 16 quants.
+/// Q8_K activations as llama.cpp's reference build makes them. ggml's x86 `quantize_row_q8_K`
+/// just calls `quantize_row_q8_K_ref` (there is no SIMD version), which `GGML_NATIVE=OFF`
+/// builds compile without FMA (see the module docs): `iscale * x` is rounded to f32, then to the
+/// nearest integer, ties to even. Per block: `max` = the value of largest magnitude,
+/// `iscale = -127 / max`, `qs = min(127, round(iscale * x))`, `d = 1 / iscale` (negative when
+/// `max > 0`), `bsums` = sums of 16 quants.
 pub fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), QuantError> {
     quantize_row(x, out)
 }
 
-/// `quantize_row_q8_K_ref` as its C source reads, without FMA contraction: the product is
-/// rounded to f32 before it is rounded to an integer. What a clang- or MSVC-built (or non-FMA)
-/// ggml computes; see [`quantize_row_q8_k`].
-pub fn quantize_row_q8_k_ref(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), QuantError> {
+/// `quantize_row_q8_K_ref` as GCC compiles it with FMA (`-march=native`): `iscale * x + 1.5*2^23`
+/// fused into one FMA, so the *exact* product is rounded to an integer. Not what the reference
+/// build computes; see [`quantize_row_q8_k`].
+pub fn quantize_row_q8_k_fma(x: &[f32], out: &mut [BlockQ8K]) -> Result<(), QuantError> {
     check_row::<BlockQ8K>(x, out.len())?;
     for (o, x) in out.iter_mut().zip(x.chunks_exact(QK_K)) {
-        *o = q8k_block(x, Q8kRounding::Separate);
+        *o = q8k_block(x, Q8kRounding::Fused);
     }
     Ok(())
 }

@@ -6,6 +6,10 @@
 //! activation row) by the kernel of the chosen ISA ([`Kernels::dot`]), plus the bias in f32
 //! (llama.cpp adds biases as a separate `ggml_add`: `out = dot + bias`, one rounding).
 //!
+//! Except for the matrices llama.cpp's x86 CPU backend repacks (Q4_0 and Q4_K with a multiple
+//! of 8 rows, [`SimdDot::REPACK_ROWS`]): those it multiplies with its repacked gemv, whose
+//! per-row arithmetic [`Kernels::gemv`] reproduces (see [`crate::quants::gemv`]).
+//!
 //! # Invariance
 //!
 //! Work is split by output rows (ownership split, see [`Pool`]): a worker owns a tile of
@@ -247,9 +251,13 @@ where
             })
         })
         .collect::<Result<_, _>>()?; // [tokens][per_row]
+    // llama.cpp multiplies a Q4_0 / Q4_K matrix of 8k rows through its repacked gemv, whose
+    // per-row float order is not vec_dot's (see `quants::gemv`).
+    let repacked = W::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n));
     // The one routine every output element goes through.
     let element = |r: usize, t: usize| {
-        let dot = kernels.dot(&blocks[r * per_row..(r + 1) * per_row], acts[t]);
+        let (row, act) = (&blocks[r * per_row..(r + 1) * per_row], acts[t]);
+        let dot = if repacked { kernels.gemv(row, act) } else { kernels.dot(row, act) };
         bias.map_or(dot, |b| dot + b[r])
     };
     let rows = w.rows;

@@ -36,6 +36,7 @@
 //! | F32 · F32 | `ggml_vec_dot_f32`, `GGML_F32_STEP` accumulators + reduce | AVX build: 4×8 lanes | AVX-512 build: 4×16 lanes |
 //! | F16 · F16 | `ggml_vec_dot_f16`, same layout, f64 tail | AVX build | AVX-512 build |
 //! | BF16 · BF16 | `ggml_vec_dot_bf16` | AVX2 build: 4×8 lanes `mul`+`add` | AVX512_BF16 build: `vdpbf16ps` emulated (exact products, odd then even) |
+//! | Q4_0 · Q8_0, Q4_K · Q8_K, matrix of 8k rows | repacked `ggml_gemv_*_8x8` ([`gemv`](super::gemv)): whole block integer, one `fma` per block | [`Kernels::gemv`] | same |
 //!
 //! An AVX-512 CPU without VNNI runs the AVX2 kernels: the same quantized results as its ggml
 //! build (VNNI changes no integer), but the F32/F16/BF16 order of ggml's AVX2 build.
@@ -264,13 +265,27 @@ impl Kernels {
             Backend::Neon(_, t) => W::neon(t, w, a),
         }
     }
+
+    /// One row of the matrix product of a matrix llama.cpp repacks ([`SimdDot::REPACK_ROWS`]):
+    /// the per-row arithmetic of ggml's x86 repacked gemv (see [`gemv`](super::gemv)), the
+    /// same bits in every x86 ISA and in scalar. For other types (and on NEON), [`Kernels::dot`].
+    #[inline]
+    pub fn gemv<W: SimdDot>(&self, w: &[W], a: &[W::Act]) -> f32 {
+        W::gemv(*self, w, a)
+    }
 }
 
 /// A weight block type with a kernel in every ISA (for its `vec_dot_type` activations).
 ///
 /// The per-ISA methods take the ISA's proof token, so they cannot be reached on a CPU that lacks
-/// the ISA; call them through [`Kernels::dot`].
+/// the ISA; call them through [`Kernels::dot`] and [`Kernels::gemv`].
 pub trait SimdDot: VecDot {
+    /// `Some(n)` for the types llama.cpp's x86 CPU backend repacks (Q4_0, Q4_K): a matrix whose
+    /// row count is a multiple of `n` is multiplied by ggml's repacked gemv, whose per-row float
+    /// order differs from `vec_dot`'s (see [`gemv`](super::gemv)); [`Kernels::gemv`] computes
+    /// that order. `None`: the type is always multiplied by `vec_dot`.
+    const REPACK_ROWS: Option<usize> = None;
+
     #[cfg(target_arch = "x86_64")]
     #[doc(hidden)]
     fn avx2(t: x86_avx2::Avx2, w: &[Self], a: &[Self::Act]) -> f32;
@@ -280,12 +295,35 @@ pub trait SimdDot: VecDot {
     #[cfg(target_arch = "aarch64")]
     #[doc(hidden)]
     fn neon(t: aarch64_neon::Neon, w: &[Self], a: &[Self::Act]) -> f32;
+
+    /// One row of the repacked gemv with kernels `k`; types without one use the dot.
+    #[doc(hidden)]
+    #[inline]
+    fn gemv(k: Kernels, w: &[Self], a: &[Self::Act]) -> f32 {
+        k.dot(w, a)
+    }
 }
 
-/// `impl SimdDot` for each weight block type, naming the kernel of each ISA file.
+/// `impl SimdDot` for each weight block type, naming the kernel of each ISA file, and for the
+/// types llama.cpp repacks, the gemv kernel (`repack NAME`: `gemv::NAME` in scalar, the
+/// kernel of the same name in the x86 files; NEON keeps its dot, which follows no ggml order).
 macro_rules! simd_dot {
-    ($($w:ty => $k:ident),* $(,)?) => {$(
+    ($($w:ty => $k:ident $(repack $g:ident)?),* $(,)?) => {$(
         impl SimdDot for $w {
+            $(const REPACK_ROWS: Option<usize> = Some(super::gemv::REPACK_ROWS);
+
+            #[inline]
+            fn gemv(k: Kernels, w: &[Self], a: &[Self::Act]) -> f32 {
+                match k.0 {
+                    Backend::Scalar => super::gemv::$g(w, a),
+                    #[cfg(target_arch = "x86_64")]
+                    Backend::Avx2(t) => t.$g(w, a),
+                    #[cfg(target_arch = "x86_64")]
+                    Backend::Avx512(t) => t.$g(w, a),
+                    #[cfg(target_arch = "aarch64")]
+                    Backend::Neon(_, t) => t.$k(w, a),
+                }
+            })?
             #[cfg(target_arch = "x86_64")]
             #[inline]
             fn avx2(t: x86_avx2::Avx2, w: &[Self], a: &[Self::Act]) -> f32 {
@@ -307,8 +345,10 @@ macro_rules! simd_dot {
 
 simd_dot! {
     F32Le => f32, F16Le => f16, Bf16Le => bf16,
-    BlockQ4_0 => q4_0, BlockQ4_1 => q4_1, BlockQ5_0 => q5_0, BlockQ5_1 => q5_1, BlockQ8_0 => q8_0,
-    BlockQ2K => q2_k, BlockQ3K => q3_k, BlockQ4K => q4_k, BlockQ5K => q5_k, BlockQ6K => q6_k,
+    BlockQ4_0 => q4_0 repack gemv_q4_0, BlockQ4_1 => q4_1, BlockQ5_0 => q5_0, BlockQ5_1 => q5_1,
+    BlockQ8_0 => q8_0,
+    BlockQ2K => q2_k, BlockQ3K => q3_k, BlockQ4K => q4_k repack gemv_q4_k, BlockQ5K => q5_k,
+    BlockQ6K => q6_k,
 }
 
 /// Checked dot with an explicit ISA: errors with [`QuantError::DotLength`] unless both rows hold

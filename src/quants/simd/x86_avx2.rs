@@ -59,6 +59,8 @@ entries! { Avx2, "avx2, fma, f16c";
     q4_k => q4_k: (BlockQ4K, BlockQ8K);
     q5_k => q5_k: (BlockQ5K, BlockQ8K);
     q6_k => q6_k: (BlockQ6K, BlockQ8K);
+    gemv_q4_0 => gemv_q4_0: (BlockQ4_0, BlockQ8_0);
+    gemv_q4_k => gemv_q4_k: (BlockQ4K, BlockQ8K);
 }
 
 // ---- loads (the only unsafe code of the kernels: raw-pointer reads of whole arrays)
@@ -532,6 +534,62 @@ pub(super) fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_float_8(acc)
+}
+
+// ---- repacked gemv rows (shared with x86_avx512.rs): see `crate::quants::gemv`
+
+/// The wrapping sum of 8 i32 lanes (exact for the block sums it is used on).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_i32_8(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// One row of ggml's `ggml_gemv_q4_0_8x8_q8_0` (x86): per block the whole integer dot,
+/// converted once, `acc = fma(isum, d_w * d_a, acc)`. Bit-identical to
+/// [`gemv_q4_0`](crate::quants::gemv::gemv_q4_0).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn gemv_q4_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = 0.0f32;
+    for (x, y) in w.iter().zip(a) {
+        let qx = _mm256_sub_epi8(bytes_from_nibbles_32(&x.qs), _mm256_set1_epi8(8));
+        let qy = ld256(&y.qs);
+        // |qx| * sign(qy, qx): i16 pairs (at most 2 * 8 * 127, no saturation), then i32.
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+        let isum = hsum_i32_8(_mm256_madd_epi16(ones, p));
+        acc = (isum as f32).mul_add(f16(x.d) * f16(y.d), acc);
+    }
+    acc
+}
+
+/// One row of ggml's `ggml_gemv_q4_K_8x8_q8_K` (x86): per super-block
+/// `acc = fma(Σ sc·dot, d_w * d_a, acc)`, `acc_min = fma(Σ m·bsum, dmin_w * d_a, acc_min)`,
+/// result `acc - acc_min`. Bit-identical to [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn gemv_q4_k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+    for (x, y) in w.iter().zip(a) {
+        let (sc, m) = k4_scales_mins(&x.scales);
+        let mins: [i32; 4] = bytemuck::cast(k4_min_lanes(&m, y));
+        let imin = (mins[0] + mins[1]) + (mins[2] + mins[3]);
+        let (qs, _) = x.qs.as_chunks::<32>();
+        let sumi = k4_lanes(&sc, y, |j| {
+            let bits = ld256(&qs[j]);
+            (
+                _mm256_and_si256(bits, m4),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4),
+            )
+        });
+        let idot = hsum_i32_8(sumi);
+        acc = (idot as f32).mul_add(f16(x.d) * y.d, acc);
+        acc_min = (imin as f32).mul_add(f16(x.dmin) * y.d, acc_min);
+    }
+    acc - acc_min
 }
 
 // ---- float rows: ggml_vec_dot_{f32,f16,bf16} as an AVX2 build compiles them

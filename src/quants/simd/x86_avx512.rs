@@ -6,6 +6,8 @@
 //!   branch; same integers and float order as `x86_avx2.rs`, from the same macro.
 //! * K-quants: ggml's AVX-512 build runs its `__AVX2__` K-quant kernels unchanged, so these are
 //!   the AVX2 kernels of `x86_avx2.rs`.
+//! * Repacked gemv rows (Q4_0, Q4_K; see `crate::quants::gemv`): integer sums then one FMA
+//!   per block, the same in every x86 build, so the AVX2 kernels of `x86_avx2.rs`.
 //! * F32 / F16: `ggml_vec_dot_f32` / `ggml_vec_dot_f16` with `GGML_F32_STEP = 64`: 4×16 FMA lanes,
 //!   `GGML_F32x16_REDUCE` with GCC's `_mm512_reduce_add_ps` order.
 //! * BF16: `ggml_vec_dot_bf16`'s `__AVX512BF16__` branch (two `vdpbf16ps` accumulators over
@@ -57,6 +59,8 @@ entries! { Avx512, "avx2, fma, f16c, avx512f/bw/vl/vnni";
     q4_k => super::x86_avx2::q4_k: (BlockQ4K, BlockQ8K);
     q5_k => super::x86_avx2::q5_k: (BlockQ5K, BlockQ8K);
     q6_k => super::x86_avx2::q6_k: (BlockQ6K, BlockQ8K);
+    gemv_q4_0 => super::x86_avx2::gemv_q4_0: (BlockQ4_0, BlockQ8_0);
+    gemv_q4_k => super::x86_avx2::gemv_q4_k: (BlockQ4K, BlockQ8K);
 }
 
 /// Unsigned × signed bytes, 4 neighbours summed into each i32 lane (`vpdpbusd`), as f32.
