@@ -77,6 +77,10 @@ fn dump_graph_census_is_440_for_a_30_token_prompt() {
     assert_eq!(j["format"], "minfer-graph");
     assert_eq!(j["version"], 1);
     assert_eq!(j["nodes"].as_array().unwrap().len(), 440);
+    // A one-token prompt builds the decode-shaped graph: no tail_ids input, no tail get_rows.
+    let out = minfer(&["run", "-m", &model(), "-p", "Hello", "--dump-graph", dir.join("d.dot").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("437 nodes for 1 tokens"));
     std::fs::remove_dir_all(dir).ok();
 }
 
