@@ -1,5 +1,6 @@
 //! Command-line interface: argument definitions and the subcommands behind them.
 
+mod bench;
 mod dump;
 mod engine_args;
 mod info;
@@ -151,6 +152,26 @@ pub enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// Measure prompt processing (pp) and generation (tg) speed, as llama-bench does.
+    Bench {
+        /// The GGUF model file.
+        #[arg(short, long)]
+        model: PathBuf,
+        /// Prompt tokens of the pp test (0 skips it).
+        #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+        n_prompt: usize,
+        /// Generated tokens of the tg test (0 skips it).
+        #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+        n_gen: usize,
+        /// Timed repetitions of each test (after one untimed warm-up).
+        #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+        reps: usize,
+        /// Output: a markdown table or a JSON array.
+        #[arg(short = 'o', long = "output", value_enum, default_value = "md")]
+        output: bench::BenchOutput,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
 }
 
 /// Sampling options (llama.cpp's defaults; `--temp 0` is greedy).
@@ -228,6 +249,10 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
                 dump_graph_json,
             };
             run::run(&mut out, &model, prompt, &args)
+        }
+        Command::Bench { model, n_prompt, n_gen, reps, output, engine } => {
+            let args = bench::BenchArgs { n_prompt, n_gen, reps, output, engine: engine.resolved() };
+            bench::run(&mut out, &model, &args)
         }
         Command::Logits { model, ids, from, top, engine } => {
             let ids = parse_ids(&ids)?;

@@ -1,0 +1,47 @@
+//! `minfer bench`: llama-bench's table and JSON shapes, and its argument errors.
+
+mod common;
+
+use std::process::Command;
+
+fn minfer(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_minfer")).args(args).output().expect("run minfer")
+}
+
+#[test]
+fn json_has_llama_bench_fields() {
+    let m = common::model_path(common::QWEN3_TINY);
+    let out = minfer(&["bench", "-m", m.to_str().unwrap(), "-p", "8", "-n", "4", "-r", "2", "-t", "1", "-o", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!((rows[0]["n_prompt"].as_u64(), rows[0]["n_gen"].as_u64()), (Some(8), Some(0)));
+    assert_eq!((rows[1]["n_prompt"].as_u64(), rows[1]["n_gen"].as_u64()), (Some(0), Some(4)));
+    for r in rows {
+        assert!(r["avg_ts"].as_f64().unwrap() > 0.0);
+        assert!(r["stddev_ts"].as_f64().unwrap() >= 0.0);
+        assert_eq!(r["samples_ts"].as_array().unwrap().len(), 2);
+        assert_eq!(r["n_threads"], 1);
+    }
+}
+
+#[test]
+fn markdown_has_llama_bench_columns() {
+    let m = common::model_path(common::QWEN3_TINY);
+    let out = minfer(&["bench", "-m", m.to_str().unwrap(), "-p", "4", "-n", "0", "-r", "1"]);
+    assert!(out.status.success());
+    let s = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(lines[0], "| model | size | params | backend | threads | test | t/s |");
+    assert_eq!(lines.len(), 3, "{s}");
+    assert!(lines[2].contains("| pp4 |") && lines[2].contains(" ± "), "{s}");
+}
+
+#[test]
+fn nothing_to_measure_is_an_error() {
+    let m = common::model_path(common::QWEN3_TINY);
+    let out = minfer(&["bench", "-m", m.to_str().unwrap(), "-p", "0", "-n", "0"]);
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
