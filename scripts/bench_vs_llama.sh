@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# minfer vs llama.cpp's llama-bench on the same model and threads, alternating, with ratios.
+#
+# Usage: scripts/bench_vs_llama.sh [MODEL] [-t THREADS] [-p N_PROMPT] [-n N_GEN] [-r REPS] [--rounds K]
+#   defaults: models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf, 2 threads, pp512, tg128, 3 reps, 2 rounds.
+#
+# llama-bench is built once from the llama-cpp-python==0.3.36 source package (PyPI) with its
+# bundled llama.cpp: GGML_NATIVE=OFF, AVX2/AVX-512/VNNI on, every GGML_AMX_* off (a native build
+# picks AMX, which faults on these machines); GGML_AVX_VNNI follows the CPU's avx_vnni flag (GCC
+# emits VEX vpdpbusd for it, which raises SIGILL on CPUs that have only AVX512-VNNI). Source,
+# venv (cmake, scikit-build-core) and build are cached in $MINFER_LLAMA_CACHE
+# (default ~/.cache/minfer-llama), outside the repo. A benchmark, not a test: CI does not run it.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${MINFER_LLAMA_CACHE:-$HOME/.cache/minfer-llama}"
+model="$repo/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+threads=2 n_prompt=512 n_gen=128 reps=3 rounds=2
+die() { echo "bench_vs_llama.sh: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -t) threads="$2"; shift 2 ;;
+        -p) n_prompt="$2"; shift 2 ;;
+        -n) n_gen="$2"; shift 2 ;;
+        -r) reps="$2"; shift 2 ;;
+        --rounds) rounds="$2"; shift 2 ;;
+        -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) die "unknown option $1" ;;
+        *) model="$1"; shift ;;
+    esac
+done
+[ -f "$model" ] || die "no model at $model (scripts/fetch_models.sh)"
+
+pkg=llama_cpp_python-0.3.36
+src="$cache/src/$pkg/vendor/llama.cpp"
+venv="$cache/venv"
+bench="$cache/build/bin/llama-bench"
+mkdir -p "$cache"
+if [ ! -x "$venv/bin/cmake" ]; then
+    echo "bench_vs_llama.sh: creating $venv (cmake, ninja, scikit-build-core)"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet cmake==4.4.5 ninja==1.13.2 scikit-build-core
+fi
+if [ ! -d "$src" ]; then
+    echo "bench_vs_llama.sh: fetching the $pkg source package"
+    tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+    "$venv/bin/pip" download --quiet --no-deps --no-binary :all: --no-build-isolation \
+        -d "$tmp" llama-cpp-python==0.3.36
+    mkdir -p "$cache/src"
+    tar -xzf "$tmp/$pkg.tar.gz" -C "$cache/src"
+fi
+if [ ! -x "$bench" ]; then
+    vnni=OFF
+    grep -qw avx_vnni /proc/cpuinfo && vnni=ON
+    echo "bench_vs_llama.sh: building llama-bench (GGML_AVX_VNNI=$vnni)"
+    "$venv/bin/cmake" -S "$src" -B "$cache/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+        -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON \
+        -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=$vnni -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+        -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF >"$cache/cmake.log"
+    make -C "$cache/build" -j"$(nproc)" llama-bench >"$cache/make.log"
+fi
+(cd "$repo" && cargo build --release --quiet)
+minfer="$repo/target/release/minfer"
+
+out="$(mktemp -d)"
+for round in $(seq 1 "$rounds"); do
+    echo "bench_vs_llama.sh: round $round/$rounds" >&2
+    "$bench" -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json >"$out/llama-$round.json" 2>/dev/null
+    "$minfer" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json >"$out/minfer-$round.json"
+done
+python3 - "$out" "$rounds" "$model" "$threads" <<'PY'
+import json, os, statistics, sys
+out, rounds, model, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def tests(engine):
+    res = {}
+    for r in range(1, rounds + 1):
+        for row in json.load(open(os.path.join(out, f"{engine}-{r}.json"))):
+            name = f"pp{row['n_prompt']}" if row["n_gen"] == 0 else f"tg{row['n_gen']}"
+            res.setdefault(name, []).append(row["avg_ts"])
+    return res
+ll, mf = tests("llama"), tests("minfer")
+print(f"model {os.path.basename(model)}, {threads} threads, median of {rounds} alternating rounds")
+print("| test | llama.cpp t/s | minfer t/s | minfer / llama.cpp |")
+print("| --- | ---: | ---: | ---: |")
+for name in ll:
+    a, b = statistics.median(ll[name]), statistics.median(mf.get(name, [float("nan")]))
+    print(f"| {name} | {a:.2f} | {b:.2f} | {b / a:.2f}x |")
+PY
+rm -rf "$out"
