@@ -166,15 +166,7 @@ mod tests {
     use super::*;
 
     fn data(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2654435761).wrapping_add(7);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                ((s >> 8) as f32 / (1u32 << 23) as f32 - 1.0) * scale
-            })
-            .collect()
+        crate::vec_ops::test_data(n, seed, 7, scale)
     }
 
     #[test]

@@ -40,3 +40,18 @@ pub use norm::{qk_norm, qk_norm_inplace, rms_norm, rms_norm_inplace};
 pub use pool::{Pool, PoolError};
 pub use rope::{RopeCache, rope_neox};
 pub use softmax::{soft_max, soft_max_row, soft_max_row_with, soft_max_with};
+
+/// Test data for the kernels' unit tests: `n` values uniform in [-scale, scale) from a
+/// xorshift32 stream seeded with `seed * 2654435761 + salt`.
+#[cfg(test)]
+pub(crate) fn test_data(n: usize, seed: u32, salt: u32, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(salt);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            ((s >> 8) as f32 / (1u32 << 23) as f32 - 1.0) * scale
+        })
+        .collect()
+}
