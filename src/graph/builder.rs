@@ -278,31 +278,9 @@ impl GraphBuilder {
         weight: Option<&TensorInfo>,
         eps: f32,
     ) -> Result<NodeId, GraphError> {
-        let shape = self.shape(x)?;
-        let (name, layer) = match weight {
-            Some(w) => self.weight_label(w),
-            None => (label("norm", self.layer), self.layer),
-        };
-        if let Some(w) = weight {
-            checked_type(&name, w)?;
-            expect_dim(
-                &name,
-                "norm weight length vs row width",
-                shape[0],
-                dim(w, 0),
-            )?;
-        }
-        self.node(NodeSpec {
-            base: name_base(&name).to_string(),
-            op: Op::RmsNorm { eps },
-            src: vec![x],
-            out_shape: shape,
-            out_dtype: DType::F32,
-            meta: NodeMeta::Norm(NormMeta {
-                weight_name: weight.map(|w| w.name.clone()),
-            }),
-            layer,
-        })
+        let d = self.shape(x)?[0];
+        let weight_len = (d, "norm weight length vs row width");
+        self.norm_node(x, weight, "norm", weight_len, Op::RmsNorm { eps })
     }
 
     /// Per-head RMSNorm (Qwen3): `x` `[hd * nh, nt]` normalised per `hd`-row, weight `[hd]`.
@@ -314,19 +292,38 @@ impl GraphBuilder {
         nh: usize,
         eps: f32,
     ) -> Result<NodeId, GraphError> {
+        let width = self.shape(x)?[0];
+        let name = match weight {
+            Some(w) => self.weight_label(w).0,
+            None => label("qk_norm", self.layer),
+        };
+        expect_dim(&name, "row width vs head_dim * n_head", hd * nh, width)?;
+        let weight_len = (hd, "qk-norm weight length vs head_dim");
+        self.norm_node(x, weight, "qk_norm", weight_len, Op::QkNorm { hd, nh, eps })
+    }
+
+    /// A norm node over `x` (its shape kept), labelled after its weight (or `default_base`),
+    /// whose weight must be a float vector of `weight_len.0` values.
+    fn norm_node(
+        &mut self,
+        x: NodeId,
+        weight: Option<&TensorInfo>,
+        default_base: &str,
+        weight_len: (usize, &'static str),
+        op: Op,
+    ) -> Result<NodeId, GraphError> {
         let shape = self.shape(x)?;
         let (name, layer) = match weight {
             Some(w) => self.weight_label(w),
-            None => (label("qk_norm", self.layer), self.layer),
+            None => (label(default_base, self.layer), self.layer),
         };
-        expect_dim(&name, "row width vs head_dim * n_head", hd * nh, shape[0])?;
         if let Some(w) = weight {
             checked_type(&name, w)?;
-            expect_dim(&name, "qk-norm weight length vs head_dim", hd, dim(w, 0))?;
+            expect_dim(&name, weight_len.1, weight_len.0, dim(w, 0))?;
         }
         self.node(NodeSpec {
             base: name_base(&name).to_string(),
-            op: Op::QkNorm { hd, nh, eps },
+            op,
             src: vec![x],
             out_shape: shape,
             out_dtype: DType::F32,
