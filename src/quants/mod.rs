@@ -38,6 +38,7 @@ mod act;
 mod blocks;
 pub mod dequant;
 pub mod dot;
+pub mod gemm;
 pub mod gemv;
 pub mod q8;
 mod scalars;

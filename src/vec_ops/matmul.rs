@@ -20,8 +20,13 @@
 //! a time) bit for bit. llama.cpp itself does not have the second property: with two or more
 //! tokens it switches to the llamafile sgemm, which sums in another order.
 
+use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm};
+use crate::quants::gemv::REPACK_ROWS;
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
-use crate::quants::{ActBlock, ActRow, GgmlType, QuantError, VecDot, blocks_of};
+use crate::quants::{
+    ActBlock, ActRow, BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlType, QK32, QuantError, VecDot,
+    WeightBlock, blocks_of,
+};
 
 use super::Pool;
 
@@ -199,7 +204,20 @@ fn matmul_with(
         return Ok(());
     }
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
-    crate::with_weight_block!(w.ty, B => multiply::<B>(pool, kernels, w, &acts, bias, out))?;
+    let tiled = tokens >= 2
+        && kernels.has_b32_tile()
+        && match w.ty {
+            GgmlType::Q5_0 => gemm_b32::<BlockQ5_0>(pool, kernels, w, &acts, bias, out)?,
+            GgmlType::Q8_0 => gemm_b32::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
+            // A Q4_0 matrix of 8k rows runs llama.cpp's repacked gemv order instead.
+            GgmlType::Q4_0 if !w.rows.is_multiple_of(REPACK_ROWS) => {
+                gemm_b32::<BlockQ4_0>(pool, kernels, w, &acts, bias, out)?
+            }
+            _ => false,
+        };
+    if !tiled {
+        crate::with_weight_block!(w.ty, B => multiply::<B>(pool, kernels, w, &acts, bias, out))?;
+    }
     Ok(())
 }
 
@@ -223,6 +241,65 @@ fn quantize_tokens(
         .into_iter()
         .map(|s| s.unwrap_or(Err(QuantError::NotActType { ty })))
         .collect()
+}
+
+/// `out[t]` split into `[row tile][token]` pieces of [`ROW_TILE`] rows: disjoint, so a worker
+/// owns every output of its rows.
+fn row_tiles<'o>(out: &'o mut [f32], rows: usize, tokens: usize) -> Vec<Vec<&'o mut [f32]>> {
+    let mut tiles: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(ROW_TILE))
+        .map(|_| Vec::with_capacity(tokens))
+        .collect();
+    for token_out in out.chunks_mut(rows) {
+        for (tile, piece) in tiles.iter_mut().zip(token_out.chunks_mut(ROW_TILE)) {
+            tile.push(piece);
+        }
+    }
+    tiles
+}
+
+/// The many-token product of a 32-value-block matrix by the tiled kernels
+/// ([`Kernels::b32_tile`]): each worker unpacks a tile of rows once and multiplies it with
+/// every token. Same bits per element as [`multiply`]. `Ok(false)`: not run (an ISA without
+/// the kernel, or activations of another type).
+fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
+    pool: &Pool,
+    kernels: Kernels,
+    w: &WeightMatrix,
+    acts: &[ActRow],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<bool, QuantError> {
+    let per_row = w.cols / QK32;
+    let blocks: &[W] = blocks_of::<W>(w.data, w.rows * w.cols)?; // [rows][per_row]
+    let q8: Option<Vec<&[BlockQ8_0]>> = acts
+        .iter()
+        .map(|a| match a {
+            ActRow::Q8_0(b) if b.len() == per_row => Some(b.as_slice()),
+            _ => None,
+        })
+        .collect();
+    let Some(q8) = q8 else { return Ok(false) };
+    let panel = B32Panel::new(&q8, W::OFFSET);
+    let mut tiles = row_tiles(out, w.rows, acts.len());
+    let ok = std::sync::atomic::AtomicBool::new(true);
+    pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
+        let pieces = &mut tile[0];
+        let first = i * ROW_TILE;
+        let n_rows = pieces.first().map_or(0, |p| p.len());
+        let mut unpacked = B32Tile::default();
+        unpacked.fill(&blocks[first * per_row..(first + n_rows) * per_row], per_row);
+        if !kernels.b32_tile(&unpacked, &panel, pieces) {
+            ok.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some(b) = bias {
+            for piece in pieces.iter_mut() {
+                for (o, b) in piece.iter_mut().zip(&b[first..]) {
+                    *o += b;
+                }
+            }
+        }
+    });
+    Ok(ok.into_inner())
 }
 
 /// The product for weight blocks `W`, shapes already checked: `acts` is `[tokens]`, `out`
@@ -269,16 +346,8 @@ where
         });
         return Ok(());
     }
-    // tiles[i][t]: token t's outputs for rows i*ROW_TILE.. — disjoint pieces of `out`, so a
-    // worker owns every output of its rows.
-    let mut tiles: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(ROW_TILE))
-        .map(|_| Vec::with_capacity(acts.len()))
-        .collect();
-    for token_out in out.chunks_mut(rows) {
-        for (tile, piece) in tiles.iter_mut().zip(token_out.chunks_mut(ROW_TILE)) {
-            tile.push(piece);
-        }
-    }
+    // tiles[i][t]: token t's outputs for rows i*ROW_TILE..
+    let mut tiles = row_tiles(out, rows, acts.len());
     pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
         let tile = &mut tile[0];
         let n_rows = tile.first().map_or(0, |p| p.len());

@@ -58,6 +58,7 @@ use std::sync::OnceLock;
 use super::blocks::*;
 use super::dequant::blocks_of;
 use super::dot::VecDot;
+use super::gemm::{B32Panel, B32Tile};
 use super::q8::ActBlock;
 use super::scalars::{Bf16Le, F16Le, F32Le};
 use super::{ActRow, GgmlType, QuantError};
@@ -263,6 +264,30 @@ impl Kernels {
             Backend::Avx512(t) => W::avx512(t, w, a),
             #[cfg(target_arch = "aarch64")]
             Backend::Neon(_, t) => W::neon(t, w, a),
+        }
+    }
+
+    /// Whether [`Kernels::b32_tile`] runs on this ISA.
+    pub fn has_b32_tile(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if let Backend::Avx512(_) = self.0 {
+            return true;
+        }
+        false
+    }
+
+    /// The many-token product of a tile of 32-value-block weight rows (Q4_0, Q5_0, Q8_0 with
+    /// Q8_0 activations; see [`gemm`](super::gemm)): `out[t][r]`, each element bit-identical to
+    /// [`Kernels::dot`] of the x86 ISAs. Returns `false`, writing nothing, where this ISA has
+    /// no such kernel (then multiply element by element).
+    pub fn b32_tile(&self, tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => {
+                t.b32_tile(tile, panel, out);
+                true
+            }
+            _ => false,
         }
     }
 

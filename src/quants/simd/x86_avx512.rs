@@ -22,6 +22,7 @@ use super::x86_avx2::{
     hsum_float_8, ld_half8, ld256,
 };
 use crate::quants::blocks::*;
+use crate::quants::gemm::{B32Panel, B32Tile, PairBlock};
 use crate::quants::scalars::{Bf16Le, F16Le, F32Le};
 
 /// Proof that this CPU runs AVX-512 F/BW/VL/VNNI (and AVX2, FMA, F16C): only
@@ -214,4 +215,120 @@ fn bf16_dot(x: &[Bf16Le], y: &[Bf16Le]) -> f32 {
         sumf += f64::from(a.to_f32() * b.to_f32());
     }
     sumf as f32
+}
+
+// ---- many-token products: see `crate::quants::gemm`
+
+/// Token pairs per micro-kernel call of [`b32_tile`].
+const B32_P: usize = 3;
+/// Weight rows per micro-kernel call of [`b32_tile`].
+const B32_R: usize = 4;
+
+/// `R` rows × `P` token pairs over every block: per block and cell
+/// `acc = fma(d_w * d_a, f32(corr + vpdpbusd(u, a)), acc)`, two tokens per register.
+/// `rows[r]` / `pairs[p]` hold `n` blocks each (checked by the caller).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn b32_micro<const R: usize, const P: usize>(
+    rows: [(&[[u8; 32]], &[f32]); R],
+    pairs: [&[PairBlock]; P],
+    n: usize,
+) -> [[__m512; P]; R] {
+    let mut acc = [[_mm512_setzero_ps(); P]; R];
+    for b in 0..n {
+        let mut a = [_mm512_setzero_si512(); P];
+        let mut c = [_mm512_setzero_si512(); P];
+        let mut da = [_mm512_setzero_ps(); P];
+        for p in 0..P {
+            // SAFETY: b < n <= pairs[p].len(); PairBlock is 64-aligned and 192 bytes:
+            // qs, corr and da are 64 bytes each.
+            let blk: *const PairBlock = unsafe { pairs[p].as_ptr().add(b) };
+            unsafe {
+                a[p] = _mm512_load_si512((&raw const (*blk).qs).cast());
+                c[p] = _mm512_load_si512((&raw const (*blk).corr).cast());
+                da[p] = _mm512_load_ps((&raw const (*blk).da).cast());
+            }
+        }
+        for r in 0..R {
+            // SAFETY: b < n <= rows[r].0.len() and rows[r].1.len(); 32 readable bytes.
+            let (w, dw) = unsafe {
+                let q = rows[r].0.as_ptr().add(b);
+                let w = _mm512_broadcast_i64x4(_mm256_loadu_si256(q.cast()));
+                (w, _mm512_set1_ps(*rows[r].1.as_ptr().add(b)))
+            };
+            for p in 0..P {
+                let i = _mm512_dpbusd_epi32(c[p], w, a[p]);
+                let d = _mm512_mul_ps(dw, da[p]);
+                acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(i), acc[r][p]);
+            }
+        }
+    }
+    acc
+}
+
+/// Both tokens' results of one cell: `hsum_float_8` of each 256-bit half.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn split_hsum(v: __m512) -> [f32; 2] {
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    [hsum_float_8(_mm512_castps512_ps256(v)), hsum_float_8(hi)]
+}
+
+/// Runs [`b32_micro`] on rows `r0..r0+R` and pairs `p0..p0+P`, writing `out[t][r]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn b32_block<const R: usize, const P: usize>(
+    tile: &B32Tile,
+    panel: &B32Panel,
+    r0: usize,
+    p0: usize,
+    out: &mut [&mut [f32]],
+) {
+    let n = tile.per_row;
+    let rows: [(&[[u8; 32]], &[f32]); R] = std::array::from_fn(|i| tile.row(r0 + i));
+    let pairs: [&[PairBlock]; P] = std::array::from_fn(|i| panel.pair(p0 + i));
+    let acc = b32_micro::<R, P>(rows, pairs, n);
+    for (i, acc) in acc.iter().enumerate() {
+        for (j, v) in acc.iter().enumerate() {
+            for (h, x) in split_hsum(*v).into_iter().enumerate() {
+                if let Some(o) = out.get_mut(2 * (p0 + j) + h) {
+                    o[r0 + i] = x;
+                }
+            }
+        }
+    }
+}
+
+/// `out[t][r]` for every row of `tile` and token of `panel`, bit-identical to
+/// [`b32_tile_scalar`](crate::quants::gemm::b32_tile_scalar) and to the single-token dots.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn b32_tile(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) {
+    if tile.per_row != panel.per_row || tile.q.len() < tile.rows * tile.per_row {
+        return;
+    }
+    let (rows, pairs) = (tile.rows, panel.pairs());
+    let mut p = 0;
+    while p < pairs {
+        let np = (pairs - p).min(B32_P);
+        let mut r = 0;
+        while r < rows {
+            let nr = (rows - r).min(B32_R);
+            match (nr, np) {
+                (B32_R, B32_P) => b32_block::<B32_R, B32_P>(tile, panel, r, p, out),
+                (B32_R, _) => b32_block::<B32_R, 1>(tile, panel, r, p, out),
+                (_, B32_P) => b32_block::<1, B32_P>(tile, panel, r, p, out),
+                _ => b32_block::<1, 1>(tile, panel, r, p, out),
+            }
+            r += if nr == B32_R { B32_R } else { 1 };
+        }
+        p += if np == B32_P { B32_P } else { 1 };
+    }
+}
+
+impl Avx512 {
+    /// [`b32_tile`]: `out[t][r] = dot(row r of tile, token t of panel)`.
+    pub fn b32_tile(self, tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) {
+        // SAFETY: an Avx512 token exists only where detection found every feature enabled.
+        unsafe { b32_tile(tile, panel, out) }
+    }
 }
