@@ -39,6 +39,7 @@ mod blocks;
 pub mod dequant;
 pub mod dot;
 pub mod gemm;
+pub mod gemm_k;
 pub mod gemv;
 pub mod q8;
 mod scalars;

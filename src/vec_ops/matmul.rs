@@ -21,10 +21,11 @@
 //! tokens it switches to the llamafile sgemm, which sums in another order.
 
 use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm};
+use crate::quants::gemm_k::{K4Tile, K8Panel, LANES};
 use crate::quants::gemv::REPACK_ROWS;
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
-    ActBlock, ActRow, BlockQ4_0, BlockQ5_0, BlockQ8_0, GgmlType, QK32, QuantError, VecDot,
+    ActBlock, ActRow, BlockQ4_0, BlockQ4K, BlockQ5_0, BlockQ8_0, BlockQ8K, GgmlType, QK_K, QK32, QuantError, VecDot,
     WeightBlock, blocks_of,
 };
 
@@ -205,13 +206,16 @@ fn matmul_with(
     }
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
     let tiled = tokens >= 2
-        && kernels.has_b32_tile()
+        && kernels.has_tiles()
         && match w.ty {
             GgmlType::Q5_0 => gemm_b32::<BlockQ5_0>(pool, kernels, w, &acts, bias, out)?,
             GgmlType::Q8_0 => gemm_b32::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
             // A Q4_0 matrix of 8k rows runs llama.cpp's repacked gemv order instead.
             GgmlType::Q4_0 if !w.rows.is_multiple_of(REPACK_ROWS) => {
                 gemm_b32::<BlockQ4_0>(pool, kernels, w, &acts, bias, out)?
+            }
+            GgmlType::Q4K if w.rows.is_multiple_of(LANES) => {
+                gemm_k4(pool, kernels, w, &acts, bias, out)?
             }
             _ => false,
         };
@@ -243,14 +247,14 @@ fn quantize_tokens(
         .collect()
 }
 
-/// `out[t]` split into `[row tile][token]` pieces of [`ROW_TILE`] rows: disjoint, so a worker
+/// `out[t]` split into `[row tile][token]` pieces of `tile_rows` rows: disjoint, so a worker
 /// owns every output of its rows.
-fn row_tiles<'o>(out: &'o mut [f32], rows: usize, tokens: usize) -> Vec<Vec<&'o mut [f32]>> {
-    let mut tiles: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(ROW_TILE))
+fn row_tiles(out: &mut [f32], rows: usize, tokens: usize, tile_rows: usize) -> Vec<Vec<&mut [f32]>> {
+    let mut tiles: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(tile_rows))
         .map(|_| Vec::with_capacity(tokens))
         .collect();
     for token_out in out.chunks_mut(rows) {
-        for (tile, piece) in tiles.iter_mut().zip(token_out.chunks_mut(ROW_TILE)) {
+        for (tile, piece) in tiles.iter_mut().zip(token_out.chunks_mut(tile_rows)) {
             tile.push(piece);
         }
     }
@@ -280,7 +284,7 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
         .collect();
     let Some(q8) = q8 else { return Ok(false) };
     let panel = B32Panel::new(&q8, W::OFFSET);
-    let mut tiles = row_tiles(out, w.rows, acts.len());
+    let mut tiles = row_tiles(out, w.rows, acts.len(), ROW_TILE);
     let ok = std::sync::atomic::AtomicBool::new(true);
     pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
         let pieces = &mut tile[0];
@@ -291,13 +295,58 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
         if !kernels.b32_tile(&unpacked, &panel, pieces) {
             ok.store(false, std::sync::atomic::Ordering::Relaxed);
         }
-        if let Some(b) = bias {
-            for piece in pieces.iter_mut() {
-                for (o, b) in piece.iter_mut().zip(&b[first..]) {
-                    *o += b;
-                }
+        add_bias(pieces, bias, first);
+    });
+    Ok(ok.into_inner())
+}
+
+/// Adds `bias[first + j]` to element `j` of every token's piece.
+fn add_bias(pieces: &mut [&mut [f32]], bias: Option<&[f32]>, first: usize) {
+    if let Some(b) = bias {
+        for piece in pieces.iter_mut() {
+            for (o, b) in piece.iter_mut().zip(&b[first..]) {
+                *o += b;
             }
         }
+    }
+}
+
+/// Rows per work item of the Q4_K tiles: two row-lane registers.
+const K4_TILE_ROWS: usize = 2 * LANES;
+
+/// The many-token product of a Q4_K matrix llama.cpp repacks (rows a multiple of 16) by the
+/// row-lane kernels ([`Kernels::k4_tile`]). Same bits per element as [`multiply`].
+fn gemm_k4(
+    pool: &Pool,
+    kernels: Kernels,
+    w: &WeightMatrix,
+    acts: &[ActRow],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<bool, QuantError> {
+    let per_row = w.cols / QK_K;
+    let blocks: &[BlockQ4K] = blocks_of::<BlockQ4K>(w.data, w.rows * w.cols)?; // [rows][per_row]
+    let q8k: Option<Vec<&[BlockQ8K]>> = acts
+        .iter()
+        .map(|a| match a {
+            ActRow::Q8K(b) if b.len() == per_row => Some(b.as_slice()),
+            _ => None,
+        })
+        .collect();
+    let Some(q8k) = q8k else { return Ok(false) };
+    let panel = K8Panel::new(q8k);
+    let mut tiles = row_tiles(out, w.rows, acts.len(), K4_TILE_ROWS);
+    let ok = std::sync::atomic::AtomicBool::new(true);
+    pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
+        let pieces = &mut tile[0];
+        let first = i * K4_TILE_ROWS;
+        let n_rows = pieces.first().map_or(0, |p| p.len());
+        let mut unpacked = K4Tile::default();
+        unpacked.fill(&blocks[first * per_row..(first + n_rows) * per_row], per_row);
+        if !kernels.k4_tile(&unpacked, &panel, pieces) {
+            ok.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+        add_bias(pieces, bias, first);
     });
     Ok(ok.into_inner())
 }
@@ -347,7 +396,7 @@ where
         return Ok(());
     }
     // tiles[i][t]: token t's outputs for rows i*ROW_TILE..
-    let mut tiles = row_tiles(out, rows, acts.len());
+    let mut tiles = row_tiles(out, rows, acts.len(), ROW_TILE);
     pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
         let tile = &mut tile[0];
         let n_rows = tile.first().map_or(0, |p| p.len());

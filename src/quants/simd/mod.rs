@@ -59,6 +59,7 @@ use super::blocks::*;
 use super::dequant::blocks_of;
 use super::dot::VecDot;
 use super::gemm::{B32Panel, B32Tile};
+use super::gemm_k::{K4Tile, K8Panel};
 use super::q8::ActBlock;
 use super::scalars::{Bf16Le, F16Le, F32Le};
 use super::{ActRow, GgmlType, QuantError};
@@ -69,6 +70,8 @@ mod aarch64_neon;
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512_gemm;
 
 /// An instruction set minfer has dot-product kernels for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -267,8 +270,8 @@ impl Kernels {
         }
     }
 
-    /// Whether [`Kernels::b32_tile`] runs on this ISA.
-    pub fn has_b32_tile(&self) -> bool {
+    /// Whether [`Kernels::b32_tile`] and [`Kernels::k4_tile`] run on this ISA.
+    pub fn has_tiles(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         if let Backend::Avx512(_) = self.0 {
             return true;
@@ -285,6 +288,20 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => {
                 t.b32_tile(tile, panel, out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The many-token product of a tile of Q4_K rows (a multiple of 16) that llama.cpp repacks
+    /// (see [`gemm_k`](super::gemm_k)): `out[t][r]`, each element bit-identical to
+    /// [`Kernels::gemv`]. Returns `false`, writing nothing, where this ISA has no such kernel.
+    pub fn k4_tile(&self, tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => {
+                t.k4_tile(tile, panel, out);
                 true
             }
             _ => false,

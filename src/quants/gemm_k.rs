@@ -1,0 +1,121 @@
+//! Many-token products of K-quant matrices (Q8_K activations), bit-identical per element to the
+//! single-token x86 kernels, in a **row-lane** layout: each 512-bit register holds one value
+//! slot of 16 weight rows, and a token's 4 activation bytes are broadcast against it.
+//!
+//! # Q4_K, repacked (llama.cpp's `ggml_gemv_q4_K_8x8_q8_K` order, see [`gemv`](super::gemv))
+//!
+//! Per super-block and (row, token) the result needs two exact integers,
+//! `dot = Σ_j sc_j Σ_{i in j} q_i a_i` and `min = Σ_j m_j bsum_j`, then
+//! `acc = fma(dot, d_w * d_a, acc)`, `acc_min = fma(min, dmin_w * d_a, acc_min)`, result
+//! `acc - acc_min`. With rows in lanes each lane *is* one row's integer, so no horizontal sum is
+//! needed: `vpdpbusd` of 4 unsigned nibbles × 4 activation bytes per lane, 8 of them per
+//! 32-value sub-block, times the lane's `sc_j` (`vpmulld`); the mins by `vpdpwssd` of
+//! `(m_{2k}, m_{2k+1})` with the token's `(bsum_{2k}, bsum_{2k+1})`.
+//!
+//! # Map
+//!
+//! * [`K4Tile`]: 16·v weight rows of Q4_K unpacked into row lanes.
+//! * [`K8Panel`]: the tokens' Q8_K rows and their 32-value `bsum` pairs.
+//! * [`k4_tile_scalar`]: the scalar twin (ggml's gemv order per element, `gemv::gemv_q4_k`).
+
+use super::blocks::{BlockQ4K, BlockQ8K};
+use super::gemv::gemv_q4_k;
+
+/// Rows per register of the row-lane layout.
+pub const LANES: usize = 16;
+
+/// Q4_K rows unpacked into row lanes, `vecs` groups of [`LANES`] rows, `per_row` super-blocks
+/// each. With `vs = v * per_row + s` (row group `v`, super-block `s`):
+///
+/// * `q[vs * 64 + i]`: values `4i..4i+4` of the super-block, 4 bytes per row, rows in order;
+/// * `sc[vs * 8 + j]`: sub-block `j`'s scale per row;
+/// * `mp[vs * 4 + k]`: `m_{2k} | m_{2k+1} << 16` per row (two i16 for `vpdpwssd`);
+/// * `d[vs]`, `dmin[vs]`: the super-block scales per row, as f32.
+#[derive(Debug, Clone, Default)]
+pub struct K4Tile {
+    pub q: Vec<[u8; 64]>,
+    pub sc: Vec<[i32; LANES]>,
+    pub mp: Vec<[u32; LANES]>,
+    pub d: Vec<[f32; LANES]>,
+    pub dmin: Vec<[f32; LANES]>,
+    pub vecs: usize,
+    pub per_row: usize,
+}
+
+impl K4Tile {
+    /// Unpacks `blocks` (`[rows][per_row]`, `rows` a multiple of [`LANES`], `per_row > 0`) into
+    /// `self`, reusing its memory.
+    pub fn fill(&mut self, blocks: &[BlockQ4K], per_row: usize) {
+        let rows = blocks.len().checked_div(per_row).unwrap_or(0);
+        self.vecs = rows / LANES;
+        self.per_row = per_row;
+        let n = self.vecs * per_row;
+        self.q.clear();
+        self.q.resize(n * 64, [0; 64]);
+        self.sc.clear();
+        self.sc.resize(n * 8, [0; LANES]);
+        self.mp.clear();
+        self.mp.resize(n * 4, [0; LANES]);
+        self.d.clear();
+        self.d.resize(n, [0.0; LANES]);
+        self.dmin.clear();
+        self.dmin.resize(n, [0.0; LANES]);
+        for v in 0..self.vecs {
+            for lane in 0..LANES {
+                let row = &blocks[(v * LANES + lane) * per_row..][..per_row];
+                for (s, b) in row.iter().enumerate() {
+                    let vs = v * per_row + s;
+                    let q = b.quants();
+                    for i in 0..64 {
+                        self.q[vs * 64 + i][4 * lane..4 * lane + 4].copy_from_slice(&q[4 * i..4 * i + 4]);
+                    }
+                    let (sc, m) = b.scales_mins();
+                    for j in 0..8 {
+                        self.sc[vs * 8 + j][lane] = i32::from(sc[j]);
+                    }
+                    for k in 0..4 {
+                        self.mp[vs * 4 + k][lane] = u32::from(m[2 * k]) | u32::from(m[2 * k + 1]) << 16;
+                    }
+                    self.d[vs][lane] = b.d.to_f32();
+                    self.dmin[vs][lane] = b.dmin.to_f32();
+                }
+            }
+        }
+    }
+}
+
+/// The tokens of a product with K-quant weights: each token's Q8_K row, and per super-block the
+/// 32-value activation sums as i16 pairs, `bs[t][s][k] = bsum_{2k} | bsum_{2k+1} << 16` with
+/// `bsum_j = bsums[2j] + bsums[2j+1]`.
+#[derive(Debug, Clone)]
+pub struct K8Panel<'a> {
+    pub acts: Vec<&'a [BlockQ8K]>,
+    pub bs: Vec<Vec<[u32; 4]>>,
+}
+
+impl<'a> K8Panel<'a> {
+    pub fn new(acts: Vec<&'a [BlockQ8K]>) -> K8Panel<'a> {
+        let bs = acts
+            .iter()
+            .map(|row| {
+                row.iter()
+                    .map(|b| {
+                        let s = |j: usize| (b.bsums[2 * j].wrapping_add(b.bsums[2 * j + 1])) as u16;
+                        std::array::from_fn(|k| u32::from(s(2 * k)) | u32::from(s(2 * k + 1)) << 16)
+                    })
+                    .collect()
+            })
+            .collect();
+        K8Panel { acts, bs }
+    }
+}
+
+/// `out[t][r]` for every row of `blocks` (`[rows][per_row]`) and token of `panel`, one element
+/// at a time by the scalar gemv order: the twin of the SIMD row-lane kernels.
+pub fn k4_tile_scalar(blocks: &[BlockQ4K], per_row: usize, panel: &K8Panel, out: &mut [&mut [f32]]) {
+    for (t, o) in out.iter_mut().enumerate() {
+        for (r, row) in blocks.chunks(per_row).enumerate() {
+            o[r] = gemv_q4_k(row, panel.acts[t]);
+        }
+    }
+}
