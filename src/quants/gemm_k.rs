@@ -12,13 +12,25 @@
 //! 32-value sub-block, times the lane's `sc_j` (`vpmulld`); the mins by `vpdpwssd` of
 //! `(m_{2k}, m_{2k+1})` with the token's `(bsum_{2k}, bsum_{2k+1})`.
 //!
+//! # Q6_K (`ggml_vec_dot_q6_K_q8_K`'s AVX2 order)
+//!
+//! ggml keeps 8 i32 lanes per (row, token): lane `k` sums, over the 8 chunks of 32 values, the
+//! products of values `4k..4k+4` of the chunk (unsigned 6-bit quants) times their 16-value
+//! scale, minus `32 (sc_{2k} bsum_{2k} + sc_{2k+1} bsum_{2k+1})`; then
+//! `acc_k = fma(d_a * d_w, f32(lane_k), acc_k)` per super-block and `hsum_float_8` at the end.
+//! Here each of those 8 lanes is one register of 16 rows: per 4-value group `vpdpbusd` into a
+//! zero register (at most 4·63·127 in magnitude, so it fits an i16), then `vpdpwssd` with the
+//! row's `(sc, 0)` adds it times the scale into lane register `k`.
+//!
 //! # Map
 //!
 //! * [`K4Tile`]: 16·v weight rows of Q4_K unpacked into row lanes.
 //! * [`K8Panel`]: the tokens' Q8_K rows and their 32-value `bsum` pairs.
+//! * [`K6Tile`]: Q6_K rows in row lanes; [`q6k_cell_scalar`] the twin of its kernel.
 //! * [`k4_tile_scalar`]: the scalar twin (ggml's gemv order per element, `gemv::gemv_q4_k`).
 
-use super::blocks::{BlockQ4K, BlockQ8K};
+use super::blocks::{BlockQ4K, BlockQ6K, BlockQ8K};
+use super::gemm::hsum_float_8;
 use super::gemv::gemv_q4_k;
 
 /// Rows per register of the row-lane layout.
@@ -116,6 +128,118 @@ pub fn k4_tile_scalar(blocks: &[BlockQ4K], per_row: usize, panel: &K8Panel, out:
     for (t, o) in out.iter_mut().enumerate() {
         for (r, row) in blocks.chunks(per_row).enumerate() {
             o[r] = gemv_q4_k(row, panel.acts[t]);
+        }
+    }
+}
+
+/// A weight tile in row lanes, filled from `[rows][per_row]` blocks (`rows` a multiple of
+/// [`LANES`]).
+pub trait RowLaneTile: Default {
+    type Block: super::WeightBlock;
+    fn fill(&mut self, blocks: &[Self::Block], per_row: usize);
+}
+
+impl RowLaneTile for K4Tile {
+    type Block = BlockQ4K;
+    fn fill(&mut self, blocks: &[BlockQ4K], per_row: usize) {
+        K4Tile::fill(self, blocks, per_row)
+    }
+}
+
+impl RowLaneTile for K6Tile {
+    type Block = BlockQ6K;
+    fn fill(&mut self, blocks: &[BlockQ6K], per_row: usize) {
+        K6Tile::fill(self, blocks, per_row)
+    }
+}
+
+/// Q6_K rows unpacked into row lanes (layout as [`K4Tile`], `vs = v * per_row + s`):
+///
+/// * `q[vs * 64 + i]`: unsigned quants (0..=63) of values `4i..4i+4`, 4 bytes per row;
+/// * `scp[vs * 16 + j]`: `(sc_j as i16, 0)` per row, the `vpdpwssd` multiplier of 16-value
+///   sub-block `j`;
+/// * `sp[vs * 8 + k]`: `(sc_{2k}, sc_{2k+1})` as two i16 per row, for the `bsums` correction;
+/// * `d[vs]`: the super-block scale per row, as f32.
+#[derive(Debug, Clone, Default)]
+pub struct K6Tile {
+    pub q: Vec<[u8; 64]>,
+    pub scp: Vec<[u32; LANES]>,
+    pub sp: Vec<[u32; LANES]>,
+    pub d: Vec<[f32; LANES]>,
+    pub vecs: usize,
+    pub per_row: usize,
+}
+
+impl K6Tile {
+    /// Unpacks `blocks` (`[rows][per_row]`, `rows` a multiple of [`LANES`], `per_row > 0`) into
+    /// `self`, reusing its memory.
+    pub fn fill(&mut self, blocks: &[BlockQ6K], per_row: usize) {
+        let rows = blocks.len().checked_div(per_row).unwrap_or(0);
+        self.vecs = rows / LANES;
+        self.per_row = per_row;
+        let n = self.vecs * per_row;
+        self.q.clear();
+        self.q.resize(n * 64, [0; 64]);
+        self.scp.clear();
+        self.scp.resize(n * 16, [0; LANES]);
+        self.sp.clear();
+        self.sp.resize(n * 8, [0; LANES]);
+        self.d.clear();
+        self.d.resize(n, [0.0; LANES]);
+        let pair = |a: i8, b: i8| u32::from(a as i16 as u16) | u32::from(b as i16 as u16) << 16;
+        for v in 0..self.vecs {
+            for lane in 0..LANES {
+                let row = &blocks[(v * LANES + lane) * per_row..][..per_row];
+                for (s, b) in row.iter().enumerate() {
+                    let vs = v * per_row + s;
+                    let q = b.quants().map(|q| (q + 32) as u8);
+                    for i in 0..64 {
+                        self.q[vs * 64 + i][4 * lane..4 * lane + 4].copy_from_slice(&q[4 * i..4 * i + 4]);
+                    }
+                    for j in 0..16 {
+                        self.scp[vs * 16 + j][lane] = pair(b.scales[j], 0);
+                    }
+                    for k in 0..8 {
+                        self.sp[vs * 8 + k][lane] = pair(b.scales[2 * k], b.scales[2 * k + 1]);
+                    }
+                    self.d[vs][lane] = b.d.to_f32();
+                }
+            }
+        }
+    }
+}
+
+/// One (row, token) of Q6_K in `ggml_vec_dot_q6_K_q8_K`'s AVX2 lane order, in scalar code: the
+/// twin of the row-lane kernel and of the single-token x86 kernels.
+pub fn q6k_cell_scalar(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    for (x, y) in w.iter().zip(a) {
+        let q = x.quants().map(|q| i32::from(q) + 32);
+        let sc = x.scales.map(i32::from);
+        let mut lanes = [0i32; 8];
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            for c in 0..8 {
+                let first = 32 * c + 4 * k;
+                let dot: i32 = (first..first + 4).map(|i| q[i] * i32::from(y.qs[i])).sum();
+                *lane += sc[first / 16] * dot;
+            }
+            let b = |j: usize| sc[j] * i32::from(y.bsums[j]);
+            *lane -= 32 * (b(2 * k) + b(2 * k + 1));
+        }
+        let d = y.d * x.d.to_f32();
+        for (acc, lane) in acc.iter_mut().zip(lanes) {
+            *acc = d.mul_add(lane as f32, *acc);
+        }
+    }
+    hsum_float_8(&acc)
+}
+
+/// `out[t][r]` for every row of `blocks` (`[rows][per_row]`) and token of `panel` by
+/// [`q6k_cell_scalar`]: the twin of the SIMD Q6_K row-lane kernels.
+pub fn k6_tile_scalar(blocks: &[BlockQ6K], per_row: usize, panel: &K8Panel, out: &mut [&mut [f32]]) {
+    for (t, o) in out.iter_mut().enumerate() {
+        for (r, row) in blocks.chunks(per_row).enumerate() {
+            o[r] = q6k_cell_scalar(row, panel.acts[t]);
         }
     }
 }

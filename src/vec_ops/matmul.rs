@@ -21,11 +21,11 @@
 //! tokens it switches to the llamafile sgemm, which sums in another order.
 
 use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm};
-use crate::quants::gemm_k::{K4Tile, K8Panel, LANES};
+use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES, RowLaneTile};
 use crate::quants::gemv::REPACK_ROWS;
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
-    ActBlock, ActRow, BlockQ4_0, BlockQ4K, BlockQ5_0, BlockQ8_0, BlockQ8K, GgmlType, QK_K, QK32, QuantError, VecDot,
+    ActBlock, ActRow, BlockQ4_0, BlockQ5_0, BlockQ8_0, BlockQ8K, GgmlType, QK_K, QK32, QuantError, VecDot,
     WeightBlock, blocks_of,
 };
 
@@ -215,7 +215,10 @@ fn matmul_with(
                 gemm_b32::<BlockQ4_0>(pool, kernels, w, &acts, bias, out)?
             }
             GgmlType::Q4K if w.rows.is_multiple_of(LANES) => {
-                gemm_k4(pool, kernels, w, &acts, bias, out)?
+                gemm_row_lanes::<K4Tile>(pool, w, &acts, bias, out, |t, p, o| kernels.k4_tile(t, p, o))?
+            }
+            GgmlType::Q6K if w.rows.is_multiple_of(LANES) => {
+                gemm_row_lanes::<K6Tile>(pool, w, &acts, bias, out, |t, p, o| kernels.k6_tile(t, p, o))?
             }
             _ => false,
         };
@@ -311,21 +314,26 @@ fn add_bias(pieces: &mut [&mut [f32]], bias: Option<&[f32]>, first: usize) {
     }
 }
 
-/// Rows per work item of the Q4_K tiles: two row-lane registers.
-const K4_TILE_ROWS: usize = 2 * LANES;
+/// Rows per work item of the row-lane (K-quant) tiles: two registers of rows.
+const ROW_LANE_TILE: usize = 2 * LANES;
 
-/// The many-token product of a Q4_K matrix llama.cpp repacks (rows a multiple of 16) by the
-/// row-lane kernels ([`Kernels::k4_tile`]). Same bits per element as [`multiply`].
-fn gemm_k4(
+/// The many-token product of a K-quant matrix (rows a multiple of 16) by row-lane kernels
+/// (`run`: [`Kernels::k4_tile`] or [`Kernels::k6_tile`]): each worker unpacks 32 rows once and
+/// multiplies them with every token. Same bits per element as [`multiply`]. `Ok(false)`: not
+/// run (an ISA without the kernel, or activations of another type).
+fn gemm_row_lanes<T: RowLaneTile>(
     pool: &Pool,
-    kernels: Kernels,
     w: &WeightMatrix,
     acts: &[ActRow],
     bias: Option<&[f32]>,
     out: &mut [f32],
-) -> Result<bool, QuantError> {
+    run: impl Fn(&T, &K8Panel, &mut [&mut [f32]]) -> bool + Sync,
+) -> Result<bool, QuantError>
+where
+    T::Block: Sync,
+{
     let per_row = w.cols / QK_K;
-    let blocks: &[BlockQ4K] = blocks_of::<BlockQ4K>(w.data, w.rows * w.cols)?; // [rows][per_row]
+    let blocks: &[T::Block] = blocks_of::<T::Block>(w.data, w.rows * w.cols)?; // [rows][per_row]
     let q8k: Option<Vec<&[BlockQ8K]>> = acts
         .iter()
         .map(|a| match a {
@@ -335,15 +343,15 @@ fn gemm_k4(
         .collect();
     let Some(q8k) = q8k else { return Ok(false) };
     let panel = K8Panel::new(q8k);
-    let mut tiles = row_tiles(out, w.rows, acts.len(), K4_TILE_ROWS);
+    let mut tiles = row_tiles(out, w.rows, acts.len(), ROW_LANE_TILE);
     let ok = std::sync::atomic::AtomicBool::new(true);
     pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
         let pieces = &mut tile[0];
-        let first = i * K4_TILE_ROWS;
+        let first = i * ROW_LANE_TILE;
         let n_rows = pieces.first().map_or(0, |p| p.len());
-        let mut unpacked = K4Tile::default();
+        let mut unpacked = T::default();
         unpacked.fill(&blocks[first * per_row..(first + n_rows) * per_row], per_row);
-        if !kernels.k4_tile(&unpacked, &panel, pieces) {
+        if !run(&unpacked, &panel, pieces) {
             ok.store(false, std::sync::atomic::Ordering::Relaxed);
         }
         add_bias(pieces, bias, first);

@@ -59,7 +59,7 @@ use super::blocks::*;
 use super::dequant::blocks_of;
 use super::dot::VecDot;
 use super::gemm::{B32Panel, B32Tile};
-use super::gemm_k::{K4Tile, K8Panel};
+use super::gemm_k::{K4Tile, K6Tile, K8Panel};
 use super::q8::ActBlock;
 use super::scalars::{Bf16Le, F16Le, F32Le};
 use super::{ActRow, GgmlType, QuantError};
@@ -302,6 +302,20 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => {
                 t.k4_tile(tile, panel, out);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The many-token product of a tile of Q6_K rows (a multiple of 16; see
+    /// [`gemm_k`](super::gemm_k)): `out[t][r]`, each element bit-identical to [`Kernels::dot`]
+    /// of the x86 ISAs. Returns `false`, writing nothing, where this ISA has no such kernel.
+    pub fn k6_tile(&self, tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => {
+                t.k6_tile(tile, panel, out);
                 true
             }
             _ => false,

@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 use super::x86_avx2::hsum_float_8;
 use super::x86_avx512::Avx512;
 use crate::quants::gemm::{B32Panel, B32Tile, PairBlock};
-use crate::quants::gemm_k::{K4Tile, K8Panel, LANES};
+use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
 
 // ---- many-token products: see `crate::quants::gemm`
 
@@ -269,5 +269,104 @@ impl Avx512 {
     pub fn k4_tile(self, tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
         // SAFETY: an Avx512 token exists only where detection found every feature enabled.
         unsafe { k4_tile(tile, panel, out) }
+    }
+}
+
+// ---- Q6_K, vec_dot order, row lanes (see `crate::quants::gemm_k`)
+
+/// Tokens per [`k6_step`].
+const K6_T: usize = 2;
+
+/// One super-block `s` of row group `v` for `T` tokens: ggml's 8 lane integers per (row,
+/// token), each in its own register of 16 rows, then `acc[t][k] = fma(d_a*d_w, lane_k,
+/// acc[t][k])`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn k6_step<const T: usize>(
+    tile: &K6Tile,
+    v: usize,
+    s: usize,
+    toks: [&crate::quants::BlockQ8K; T],
+    acc: &mut [[[f32; LANES]; 8]],
+) {
+    let vs = v * tile.per_row + s;
+    let q = &tile.q[vs * 64..][..64];
+    let scp = &tile.scp[vs * 16..][..16];
+    let mut lanes = [[_mm512_setzero_si512(); 8]; T];
+    for (i, q) in q.iter().enumerate() {
+        // SAFETY: 64 readable bytes each.
+        let (w, sc) = unsafe {
+            (
+                _mm512_loadu_si512(q.as_ptr().cast()),
+                _mm512_loadu_si512(scp[i / 4].as_ptr().cast()),
+            )
+        };
+        for (t, a) in toks.iter().enumerate() {
+            let (groups, _) = a.qs.as_chunks::<4>();
+            let x = _mm512_set1_epi32(i32::from_le_bytes(groups[i].map(|b| b as u8)));
+            let part = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+            lanes[t][i % 8] = _mm512_dpwssd_epi32(lanes[t][i % 8], part, sc);
+        }
+    }
+    // SAFETY: 8 entries of 16 lanes, and one of 16 f32, per (row group, super-block).
+    let (sp, d): ([__m512i; 8], __m512) = unsafe {
+        (
+            std::array::from_fn(|k| _mm512_loadu_si512(tile.sp[vs * 8 + k].as_ptr().cast())),
+            _mm512_loadu_ps(tile.d[vs].as_ptr()),
+        )
+    };
+    for (t, a) in toks.iter().enumerate() {
+        let dd = _mm512_mul_ps(_mm512_set1_ps(a.d), d);
+        for k in 0..8 {
+            let pair = i32::from(a.bsums[2 * k] as u16) | i32::from(a.bsums[2 * k + 1] as u16) << 16;
+            let corr = _mm512_dpwssd_epi32(_mm512_setzero_si512(), sp[k], _mm512_set1_epi32(pair));
+            let lane = _mm512_sub_epi32(lanes[t][k], _mm512_slli_epi32::<5>(corr));
+            let p = acc[t][k].as_mut_ptr();
+            // SAFETY: acc[t][k] is 16 f32.
+            unsafe {
+                _mm512_storeu_ps(p, _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(lane), _mm512_loadu_ps(p)));
+            }
+        }
+    }
+}
+
+/// `out[t][r]` for every row of `tile` and token of `panel`, bit-identical to the single-token
+/// Q6_K kernels ([`k6_tile_scalar`](crate::quants::gemm_k::k6_tile_scalar)).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn k6_tile(tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
+    let n = tile.per_row;
+    let tokens = panel.acts.len();
+    if panel.acts.iter().any(|a| a.len() != n) {
+        return;
+    }
+    for v in 0..tile.vecs {
+        // [tokens][8 lanes] accumulators of 16 rows
+        let mut acc = vec![[[0.0f32; LANES]; 8]; tokens];
+        for s in 0..n {
+            let mut t = 0;
+            while t + K6_T <= tokens {
+                let toks = std::array::from_fn(|i| &panel.acts[t + i][s]);
+                k6_step::<K6_T>(tile, v, s, toks, &mut acc[t..t + K6_T]);
+                t += K6_T;
+            }
+            if t < tokens {
+                k6_step::<1>(tile, v, s, [&panel.acts[t][s]], &mut acc[t..t + 1]);
+            }
+        }
+        for (o, a) in out.iter_mut().zip(&acc) {
+            let rows = &mut o[v * LANES..(v + 1) * LANES];
+            for (lane, o) in rows.iter_mut().enumerate() {
+                let l: [f32; 8] = std::array::from_fn(|k| a[k][lane]);
+                *o = crate::quants::gemm::hsum_float_8(&l);
+            }
+        }
+    }
+}
+
+impl Avx512 {
+    /// [`k6_tile`]: `out[t][r] = q6_k dot(row r of tile, token t of panel)`.
+    pub fn k6_tile(self, tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
+        // SAFETY: an Avx512 token exists only where detection found every feature enabled.
+        unsafe { k6_tile(tile, panel, out) }
     }
 }
