@@ -33,8 +33,7 @@ use super::blocks::{BlockQ4K, BlockQ6K, BlockQ8K};
 use super::gemm::hsum_float_8;
 use super::gemv::gemv_q4_k;
 
-/// Rows per register of the row-lane layout.
-pub const LANES: usize = 16;
+pub use super::gemm::LANES;
 
 /// Q4_K rows unpacked into row lanes, `vecs` groups of [`LANES`] rows, `per_row` super-blocks
 /// each. With `vs = v * per_row + s` (row group `v`, super-block `s`):

@@ -22,10 +22,9 @@
 
 use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm};
 use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES, RowLaneTile};
-use crate::quants::gemv::REPACK_ROWS;
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
-    ActBlock, ActRow, BlockQ4_0, BlockQ5_0, BlockQ8_0, BlockQ8K, GgmlType, QK_K, QK32, QuantError, VecDot,
+    ActBlock, ActRow, BlockQ5_0, BlockQ8_0, BlockQ8K, GgmlType, QK_K, QK32, QuantError, VecDot,
     WeightBlock, blocks_of,
 };
 
@@ -207,17 +206,15 @@ fn matmul_with(
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
     let tiled = tokens >= 2
         && kernels.has_tiles()
+        && w.rows.is_multiple_of(LANES)
         && match w.ty {
             GgmlType::Q5_0 => gemm_b32::<BlockQ5_0>(pool, kernels, w, &acts, bias, out)?,
             GgmlType::Q8_0 => gemm_b32::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
-            // A Q4_0 matrix of 8k rows runs llama.cpp's repacked gemv order instead.
-            GgmlType::Q4_0 if !w.rows.is_multiple_of(REPACK_ROWS) => {
-                gemm_b32::<BlockQ4_0>(pool, kernels, w, &acts, bias, out)?
-            }
-            GgmlType::Q4K if w.rows.is_multiple_of(LANES) => {
+            // Q4_0 of 16k rows is repacked by llama.cpp (its gemv order): element by element.
+            GgmlType::Q4K => {
                 gemm_row_lanes::<K4Tile>(pool, w, &acts, bias, out, |t, p, o| kernels.k4_tile(t, p, o))?
             }
-            GgmlType::Q6K if w.rows.is_multiple_of(LANES) => {
+            GgmlType::Q6K => {
                 gemm_row_lanes::<K6Tile>(pool, w, &acts, bias, out, |t, p, o| kernels.k6_tile(t, p, o))?
             }
             _ => false,
@@ -264,8 +261,8 @@ fn row_tiles(out: &mut [f32], rows: usize, tokens: usize, tile_rows: usize) -> V
     tiles
 }
 
-/// The many-token product of a 32-value-block matrix by the tiled kernels
-/// ([`Kernels::b32_tile`]): each worker unpacks a tile of rows once and multiplies it with
+/// The many-token product of a 32-value-block matrix (rows a multiple of 16) by the row-lane
+/// kernels ([`Kernels::b32_tile`]): each worker unpacks 32 rows once and multiplies them with
 /// every token. Same bits per element as [`multiply`]. `Ok(false)`: not run (an ISA without
 /// the kernel, or activations of another type).
 fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
@@ -286,12 +283,12 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
         })
         .collect();
     let Some(q8) = q8 else { return Ok(false) };
-    let panel = B32Panel::new(&q8, W::OFFSET);
-    let mut tiles = row_tiles(out, w.rows, acts.len(), ROW_TILE);
+    let panel = B32Panel::new(q8, W::OFFSET);
+    let mut tiles = row_tiles(out, w.rows, acts.len(), ROW_LANE_TILE);
     let ok = std::sync::atomic::AtomicBool::new(true);
     pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
         let pieces = &mut tile[0];
-        let first = i * ROW_TILE;
+        let first = i * ROW_LANE_TILE;
         let n_rows = pieces.first().map_or(0, |p| p.len());
         let mut unpacked = B32Tile::default();
         unpacked.fill(&blocks[first * per_row..(first + n_rows) * per_row], per_row);

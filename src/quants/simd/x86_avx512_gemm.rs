@@ -4,90 +4,59 @@
 
 use std::arch::x86_64::*;
 
-use super::x86_avx2::hsum_float_8;
 use super::x86_avx512::Avx512;
-use crate::quants::gemm::{B32Panel, B32Tile, PairBlock};
+use crate::quants::BlockQ8_0;
+use crate::quants::gemm::{B32Panel, B32Tile};
 use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
 
 // ---- many-token products: see `crate::quants::gemm`
 
-/// Token pairs per micro-kernel call of [`b32_tile`].
-const B32_P: usize = 3;
-/// Weight rows per micro-kernel call of [`b32_tile`].
-const B32_R: usize = 4;
+/// Tokens per [`b32_step`].
+const B32_T: usize = 2;
 
-/// `R` rows × `P` token pairs over every block: per block and cell
-/// `acc = fma(d_w * d_a, f32(corr + vpdpbusd(u, a)), acc)`, two tokens per register.
-/// `rows[r]` / `pairs[p]` hold `n` blocks each (checked by the caller).
+/// Row group `v` against `T` tokens over every block: per block, lane `k` of 16 rows is
+/// `corr_k + vpdpbusd(u_k, a[4k..4k+4])`, then `acc[t][k] = fma(d_w * d_a, lane, acc[t][k])`;
+/// the result per row is `hsum_float_8` of its 8 lanes, written to `out[t][16 rows]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn b32_micro<const R: usize, const P: usize>(
-    rows: [(&[[u8; 32]], &[f32]); R],
-    pairs: [&[PairBlock]; P],
-    n: usize,
-) -> [[__m512; P]; R] {
-    let mut acc = [[_mm512_setzero_ps(); P]; R];
-    for b in 0..n {
-        let mut a = [_mm512_setzero_si512(); P];
-        let mut c = [_mm512_setzero_si512(); P];
-        let mut da = [_mm512_setzero_ps(); P];
-        for p in 0..P {
-            // SAFETY: b < n <= pairs[p].len(); PairBlock is 64-aligned and 192 bytes:
-            // qs, corr and da are 64 bytes each.
-            let blk: *const PairBlock = unsafe { pairs[p].as_ptr().add(b) };
-            unsafe {
-                a[p] = _mm512_load_si512((&raw const (*blk).qs).cast());
-                c[p] = _mm512_load_si512((&raw const (*blk).corr).cast());
-                da[p] = _mm512_load_ps((&raw const (*blk).da).cast());
-            }
-        }
-        for r in 0..R {
-            // SAFETY: b < n <= rows[r].0.len() and rows[r].1.len(); 32 readable bytes.
-            let (w, dw) = unsafe {
-                let q = rows[r].0.as_ptr().add(b);
-                let w = _mm512_broadcast_i64x4(_mm256_loadu_si256(q.cast()));
-                (w, _mm512_set1_ps(*rows[r].1.as_ptr().add(b)))
-            };
-            for p in 0..P {
-                let i = _mm512_dpbusd_epi32(c[p], w, a[p]);
-                let d = _mm512_mul_ps(dw, da[p]);
-                acc[r][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(i), acc[r][p]);
-            }
-        }
-    }
-    acc
-}
-
-/// Both tokens' results of one cell: `hsum_float_8` of each 256-bit half.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn split_hsum(v: __m512) -> [f32; 2] {
-    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-    [hsum_float_8(_mm512_castps512_ps256(v)), hsum_float_8(hi)]
-}
-
-/// Runs [`b32_micro`] on rows `r0..r0+R` and pairs `p0..p0+P`, writing `out[t][r]`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn b32_block<const R: usize, const P: usize>(
+fn b32_step<const T: usize>(
     tile: &B32Tile,
     panel: &B32Panel,
-    r0: usize,
-    p0: usize,
+    v: usize,
+    t0: usize,
     out: &mut [&mut [f32]],
 ) {
     let n = tile.per_row;
-    let rows: [(&[[u8; 32]], &[f32]); R] = std::array::from_fn(|i| tile.row(r0 + i));
-    let pairs: [&[PairBlock]; P] = std::array::from_fn(|i| panel.pair(p0 + i));
-    let acc = b32_micro::<R, P>(rows, pairs, n);
-    for (i, acc) in acc.iter().enumerate() {
-        for (j, v) in acc.iter().enumerate() {
-            for (h, x) in split_hsum(*v).into_iter().enumerate() {
-                if let Some(o) = out.get_mut(2 * (p0 + j) + h) {
-                    o[r0 + i] = x;
-                }
+    let q = &tile.q[v * n * 8..][..n * 8];
+    let d = &tile.d[v * n..][..n];
+    let acts: [&[BlockQ8_0]; T] = std::array::from_fn(|t| &panel.acts[t0 + t][..n]);
+    let corr: [&[[i32; 8]]; T] = std::array::from_fn(|t| &panel.corr[t0 + t][..n]);
+    let da: [&[f32]; T] = std::array::from_fn(|t| &panel.da[t0 + t][..n]);
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    for b in 0..n {
+        // SAFETY: d[b] is 16 f32.
+        let dw = unsafe { _mm512_loadu_ps(d[b].as_ptr()) };
+        let dd: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b])));
+        for k in 0..8 {
+            // SAFETY: 64 readable bytes.
+            let w = unsafe { _mm512_loadu_si512(q[b * 8 + k].as_ptr().cast()) };
+            for t in 0..T {
+                let (groups, _) = acts[t][b].qs.as_chunks::<4>();
+                let x = _mm512_set1_epi32(i32::from_le_bytes(groups[k].map(|b| b as u8)));
+                let lane = _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[t][b][k]), w, x);
+                acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
             }
         }
+    }
+    for (t, acc) in acc.iter().enumerate() {
+        let a = |k: usize| acc[k];
+        let sum = _mm512_add_ps(
+            _mm512_add_ps(_mm512_add_ps(a(0), a(4)), _mm512_add_ps(a(2), a(6))),
+            _mm512_add_ps(_mm512_add_ps(a(1), a(5)), _mm512_add_ps(a(3), a(7))),
+        );
+        let o = &mut out[t0 + t][v * LANES..(v + 1) * LANES];
+        // SAFETY: o is 16 f32.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), sum) };
     }
 }
 
@@ -95,25 +64,26 @@ fn b32_block<const R: usize, const P: usize>(
 /// [`b32_tile_scalar`](crate::quants::gemm::b32_tile_scalar) and to the single-token dots.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn b32_tile(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) {
-    if tile.per_row != panel.per_row || tile.q.len() < tile.rows * tile.per_row {
+    let n = tile.per_row;
+    let tokens = panel.acts.len();
+    let ok = out.len() >= tokens
+        && out.iter().all(|o| o.len() >= tile.vecs * LANES)
+        && panel.acts.iter().all(|a| a.len() == n)
+        && panel.corr.iter().all(|c| c.len() == n)
+        && panel.da.iter().all(|d| d.len() == n);
+    if !ok {
         return;
     }
-    let (rows, pairs) = (tile.rows, panel.pairs());
-    let mut p = 0;
-    while p < pairs {
-        let np = (pairs - p).min(B32_P);
-        let mut r = 0;
-        while r < rows {
-            let nr = (rows - r).min(B32_R);
-            match (nr, np) {
-                (B32_R, B32_P) => b32_block::<B32_R, B32_P>(tile, panel, r, p, out),
-                (B32_R, _) => b32_block::<B32_R, 1>(tile, panel, r, p, out),
-                (_, B32_P) => b32_block::<1, B32_P>(tile, panel, r, p, out),
-                _ => b32_block::<1, 1>(tile, panel, r, p, out),
-            }
-            r += if nr == B32_R { B32_R } else { 1 };
+    for v in 0..tile.vecs {
+        let mut t = 0;
+        while t + B32_T <= tokens {
+            b32_step::<B32_T>(tile, panel, v, t, out);
+            t += B32_T;
         }
-        p += if np == B32_P { B32_P } else { 1 };
+        while t < tokens {
+            b32_step::<1>(tile, panel, v, t, out);
+            t += 1;
+        }
     }
 }
 
@@ -293,19 +263,22 @@ fn k6_step<const T: usize>(
     let q = &tile.q[vs * 64..][..64];
     let scp = &tile.scp[vs * 16..][..16];
     let mut lanes = [[_mm512_setzero_si512(); 8]; T];
-    for (i, q) in q.iter().enumerate() {
-        // SAFETY: 64 readable bytes each.
-        let (w, sc) = unsafe {
-            (
-                _mm512_loadu_si512(q.as_ptr().cast()),
-                _mm512_loadu_si512(scp[i / 4].as_ptr().cast()),
-            )
-        };
-        for (t, a) in toks.iter().enumerate() {
-            let (groups, _) = a.qs.as_chunks::<4>();
-            let x = _mm512_set1_epi32(i32::from_le_bytes(groups[i].map(|b| b as u8)));
-            let part = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
-            lanes[t][i % 8] = _mm512_dpwssd_epi32(lanes[t][i % 8], part, sc);
+    for c in 0..8 {
+        for k in 0..8 {
+            let i = 8 * c + k;
+            // SAFETY: 64 readable bytes each (i < 64, i / 4 < 16).
+            let (w, sc) = unsafe {
+                (
+                    _mm512_loadu_si512(q[i].as_ptr().cast()),
+                    _mm512_loadu_si512(scp[i / 4].as_ptr().cast()),
+                )
+            };
+            for (t, a) in toks.iter().enumerate() {
+                let (groups, _) = a.qs.as_chunks::<4>();
+                let x = _mm512_set1_epi32(i32::from_le_bytes(groups[i].map(|b| b as u8)));
+                let part = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+                lanes[t][k] = _mm512_dpwssd_epi32(lanes[t][k], part, sc);
+            }
         }
     }
     // SAFETY: 8 entries of 16 lanes, and one of 16 f32, per (row group, super-block).
