@@ -151,12 +151,46 @@ mod avx512 {
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
     pub(super) fn fma_rows(acc: &mut [f32], hd: usize, probs: &[f32], rows: &[f32], stride: usize) {
+        if hd == 64 {
+            return fma_rows_64(acc, probs, rows, stride);
+        }
         for (j, &p) in probs.iter().enumerate() {
             fma_row(
                 &mut acc[(j % DOT_STEP) * hd..][..hd],
                 p,
                 &rows[j * stride..][..hd],
             );
+        }
+    }
+
+    /// [`fma_rows`] for 64-value heads, slot by slot: slot `s` is held in 4 registers while the
+    /// cells `s, s + 64, …` are added in order (the same FMAs, in the same order per slot, as
+    /// the cell-by-cell loop, without reloading and storing the slot for every cell).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    fn fma_rows_64(acc: &mut [f32], probs: &[f32], rows: &[f32], stride: usize) {
+        for (s, slot) in acc.chunks_exact_mut(64).take(probs.len().min(DOT_STEP)).enumerate() {
+            // SAFETY: `slot` holds 64 f32; unaligned loads.
+            let mut r: [__m512; 4] = unsafe {
+                let p = slot.as_ptr();
+                [
+                    _mm512_loadu_ps(p),
+                    _mm512_loadu_ps(p.add(16)),
+                    _mm512_loadu_ps(p.add(32)),
+                    _mm512_loadu_ps(p.add(48)),
+                ]
+            };
+            for (j, &p) in probs.iter().enumerate().skip(s).step_by(DOT_STEP) {
+                let v = &rows[j * stride..][..64];
+                let vp = _mm512_set1_ps(p);
+                for (m, r) in r.iter_mut().enumerate() {
+                    // SAFETY: v holds 64 f32, 16m + 16 <= 64.
+                    *r = _mm512_fmadd_ps(vp, unsafe { _mm512_loadu_ps(v.as_ptr().add(16 * m)) }, *r);
+                }
+            }
+            for (m, r) in r.iter().enumerate() {
+                // SAFETY: slot holds 64 f32, 16m + 16 <= 64.
+                unsafe { _mm512_storeu_ps(slot.as_mut_ptr().add(16 * m), *r) };
+            }
         }
     }
 

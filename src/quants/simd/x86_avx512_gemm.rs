@@ -11,6 +11,15 @@ use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
 
 // ---- many-token products: see `crate::quants::gemm`
 
+/// Activation bytes `4g..4g+4` of `qs`, broadcast to 16 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn bcast4(qs: &[i8], g: usize) -> __m512i {
+    let four = &qs[4 * g..4 * g + 4];
+    // SAFETY: `four` is 4 readable bytes; read_unaligned needs no alignment.
+    _mm512_set1_epi32(unsafe { four.as_ptr().cast::<i32>().read_unaligned() })
+}
+
 /// Tokens per [`b32_step`].
 const B32_T: usize = 2;
 
@@ -29,20 +38,27 @@ fn b32_step<const T: usize>(
     let n = tile.per_row;
     let q = &tile.q[v * n * 8..][..n * 8];
     let d = &tile.d[v * n..][..n];
-    let acts: [&[BlockQ8_0]; T] = std::array::from_fn(|t| &panel.acts[t0 + t][..n]);
-    let corr: [&[[i32; 8]]; T] = std::array::from_fn(|t| &panel.corr[t0 + t][..n]);
-    let da: [&[f32]; T] = std::array::from_fn(|t| &panel.da[t0 + t][..n]);
+    let mut acts: [&[BlockQ8_0]; T] = [&[]; T];
+    let mut corr: [&[[i32; 8]]; T] = [&[]; T];
+    let mut da: [&[f32]; T] = [&[]; T];
+    for t in 0..T {
+        acts[t] = &panel.acts[t0 + t][..n];
+        corr[t] = &panel.corr[t0 + t][..n];
+        da[t] = &panel.da[t0 + t][..n];
+    }
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
     for b in 0..n {
         // SAFETY: d[b] is 16 f32.
         let dw = unsafe { _mm512_loadu_ps(d[b].as_ptr()) };
-        let dd: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b])));
+        let mut dd = [_mm512_setzero_ps(); T];
+        for t in 0..T {
+            dd[t] = _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b]));
+        }
         for k in 0..8 {
             // SAFETY: 64 readable bytes.
             let w = unsafe { _mm512_loadu_si512(q[b * 8 + k].as_ptr().cast()) };
             for t in 0..T {
-                let (groups, _) = acts[t][b].qs.as_chunks::<4>();
-                let x = _mm512_set1_epi32(i32::from_le_bytes(groups[k].map(|b| b as u8)));
+                let x = bcast4(&acts[t][b].qs, k);
                 let lane = _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[t][b][k]), w, x);
                 acc[t][k] = _mm512_fmadd_ps(dd[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
             }
@@ -118,19 +134,24 @@ fn k4_step<const V: usize, const T: usize>(
     acc: &mut [[f32; LANES]],
     accm: &mut [[f32; LANES]],
 ) {
-    let vs: [usize; V] = std::array::from_fn(|v| (v0 + v) * tile.per_row + s);
-    let q: [&[[u8; 64]]; V] = std::array::from_fn(|v| &tile.q[vs[v] * 64..][..64]);
+    let mut vs = [0usize; V];
+    let mut q: [&[[u8; 64]]; V] = [&[]; V];
+    for v in 0..V {
+        vs[v] = (v0 + v) * tile.per_row + s;
+        q[v] = &tile.q[vs[v] * 64..][..64];
+    }
     let mut isum = [[_mm512_setzero_si512(); T]; V];
     for j in 0..8 {
         let mut part = [[_mm512_setzero_si512(); T]; V];
         for g in 0..8 {
             let i = 8 * j + g;
-            // SAFETY: q[v] holds 64 groups of 64 bytes; i < 64.
-            let w: [__m512i; V] =
-                std::array::from_fn(|v| unsafe { _mm512_loadu_si512(q[v][i].as_ptr().cast()) });
+            let mut w = [_mm512_setzero_si512(); V];
+            for v in 0..V {
+                // SAFETY: q[v] holds 64 groups of 64 bytes; i < 64.
+                w[v] = unsafe { _mm512_loadu_si512(q[v][i].as_ptr().cast()) };
+            }
             for (t, (a, _)) in toks.iter().enumerate() {
-                let (groups, _) = a.qs.as_chunks::<4>();
-                let x = _mm512_set1_epi32(i32::from_le_bytes(groups[i].map(|b| b as u8)));
+                let x = bcast4(&a.qs, i);
                 for v in 0..V {
                     part[v][t] = _mm512_dpbusd_epi32(part[v][t], w[v], x);
                 }
@@ -187,7 +208,10 @@ fn k4_sweep<const V: usize>(
     let sb = |t: usize| -> K8Sb { (&panel.acts[t][s], &panel.bs[t][s]) };
     let mut t = 0;
     while t + K4_T <= tokens {
-        let toks: [K8Sb; K4_T] = std::array::from_fn(|i| sb(t + i));
+        let mut toks: [K8Sb; K4_T] = [sb(t); K4_T];
+        for (i, tok) in toks.iter_mut().enumerate().skip(1) {
+            *tok = sb(t + i);
+        }
         let cells = t * V..(t + K4_T) * V;
         k4_step::<V, K4_T>(tile, v0, s, toks, &mut acc[cells.clone()], &mut accm[cells]);
         t += K4_T;
@@ -274,8 +298,7 @@ fn k6_step<const T: usize>(
                 )
             };
             for (t, a) in toks.iter().enumerate() {
-                let (groups, _) = a.qs.as_chunks::<4>();
-                let x = _mm512_set1_epi32(i32::from_le_bytes(groups[i].map(|b| b as u8)));
+                let x = bcast4(&a.qs, i);
                 let part = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
                 lanes[t][k] = _mm512_dpwssd_epi32(lanes[t][k], part, sc);
             }
@@ -318,7 +341,10 @@ fn k6_tile(tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
         for s in 0..n {
             let mut t = 0;
             while t + K6_T <= tokens {
-                let toks = std::array::from_fn(|i| &panel.acts[t + i][s]);
+                let mut toks = [&panel.acts[t][s]; K6_T];
+                for (i, tok) in toks.iter_mut().enumerate().skip(1) {
+                    *tok = &panel.acts[t + i][s];
+                }
                 k6_step::<K6_T>(tile, v, s, toks, &mut acc[t..t + K6_T]);
                 t += K6_T;
             }
