@@ -72,8 +72,9 @@ fn act_error(ty: GgmlType, x: &[f32]) -> Vec<f64> {
 fn matches_dequantized_f64_reference() {
     let pool = Pool::new(2).unwrap();
     let mut rng = Rng(0xabcd_0001);
-    let (rows, nt) = (37, 3);
-    for ty in WEIGHT_TYPES {
+    // 48 rows: the many-token tile kernels where the ISA has them; 37: element by element.
+    for (ty, rows) in WEIGHT_TYPES.into_iter().flat_map(|ty| [(ty, 37), (ty, 48)]) {
+        let nt = 3;
         let cols = cols_for(ty);
         let data = matrix(&mut rng, ty, rows, cols);
         let w = WeightMatrix {
@@ -171,7 +172,8 @@ fn batch_of_7_equals_7_single_tokens() {
     let nt = 7;
     for ty in WEIGHT_TYPES {
         let cols = cols_for(ty);
-        for rows in [1, 37, 3 * minfer::vec_ops::matmul::ROW_TILE + 1, 24] {
+        // 48: the many-token tile kernels (rows a multiple of 16) where the ISA has them.
+        for rows in [1, 37, 3 * minfer::vec_ops::matmul::ROW_TILE + 1, 24, 48] {
             let data = matrix(&mut rng, ty, rows, cols);
             let w = WeightMatrix {
                 ty,

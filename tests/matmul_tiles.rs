@@ -1,0 +1,162 @@
+//! The many-token (prefill) tile kernels against their scalar twins and the single-token x86
+//! dots, bit for bit: `quants::gemm` (Q5_0, Q8_0 · Q8_0), `quants::gemm_k` (Q4_K in the
+//! repacked gemv order, Q6_K in vec_dot's order). Shapes cover every remainder path of the
+//! kernels: 16 and 48 rows (one and three row registers), 1 to 7 tokens.
+//!
+//! The SIMD tiles run where the CPU has AVX-512 VNNI; the twins are checked against the AVX2
+//! (x86) dots wherever AVX2 runs, since that is the order they promise.
+
+use minfer::quants::gemm::{B32Panel, B32Tile, Block32Gemm, b32_tile_scalar};
+use minfer::quants::gemm_k::{K4Tile, K6Tile, K8Panel, k4_tile_scalar, k6_tile_scalar};
+use minfer::quants::simd::{Isa, Kernels};
+use minfer::quants::*;
+
+#[path = "matmul_gen.rs"]
+mod generate;
+use generate::{Rng, activations, weight_row};
+
+const ROWS: [usize; 2] = [16, 48];
+const TOKENS: [usize; 4] = [1, 2, 5, 7];
+
+fn bits(out: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    out.iter().map(|o| o.iter().map(|x| x.to_bits()).collect()).collect()
+}
+
+/// `[tokens][rows]` of NaN, and the `&mut` pieces the kernels write into.
+fn outputs(tokens: usize, rows: usize) -> Vec<Vec<f32>> {
+    vec![vec![f32::NAN; rows]; tokens]
+}
+
+fn pieces(out: &mut [Vec<f32>]) -> Vec<&mut [f32]> {
+    out.iter_mut().map(|o| o.as_mut_slice()).collect()
+}
+
+/// A random matrix of `ty` as blocks, and `tokens` activation rows of its `vec_dot_type`.
+fn case<W: WeightBlock>(rng: &mut Rng, rows: usize, cols: usize, tokens: usize) -> (Vec<W>, Vec<ActRow>) {
+    let bytes: Vec<u8> = (0..rows).flat_map(|_| weight_row(rng, W::TYPE, cols)).collect();
+    let blocks = blocks_of::<W>(&bytes, rows * cols).unwrap().to_vec();
+    let acts = (0..tokens)
+        .map(|_| ActRow::for_weight(W::TYPE, &activations(rng, cols)).unwrap())
+        .collect();
+    (blocks, acts)
+}
+
+/// Every element of `out` equals the AVX2 single-token kernel (`gemv` when `repacked`).
+fn assert_equals_x86_dots<W: simd::SimdDot>(
+    what: &str,
+    blocks: &[W],
+    per_row: usize,
+    acts: &[ActRow],
+    out: &[Vec<f32>],
+    repacked: bool,
+) {
+    let Ok(avx2) = Kernels::for_isa(Isa::Avx2) else {
+        println!("{what}: no AVX2 here, the x86 dot comparison is skipped");
+        return;
+    };
+    for (t, act) in acts.iter().enumerate() {
+        let a = <W as VecDot>::Act::blocks_in(act).unwrap();
+        for (r, row) in blocks.chunks(per_row).enumerate() {
+            let dot = if repacked { avx2.gemv(row, a) } else { avx2.dot(row, a) };
+            assert_eq!(out[t][r].to_bits(), dot.to_bits(), "{what}: token {t} row {r}");
+        }
+    }
+}
+
+fn b32_case<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(seed: u32) {
+    let mut rng = Rng(seed);
+    let avx512 = Kernels::for_isa(Isa::Avx512).ok();
+    for rows in ROWS {
+        for tokens in TOKENS {
+            let cols = 7 * 32;
+            let (blocks, acts) = case::<W>(&mut rng, rows, cols, tokens);
+            let q8: Vec<&[BlockQ8_0]> = acts.iter().map(|a| BlockQ8_0::blocks_in(a).unwrap()).collect();
+            let what = format!("{} rows {rows} tokens {tokens}", W::TYPE);
+            let mut twin = outputs(tokens, rows);
+            b32_tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut twin));
+            assert_equals_x86_dots(&what, &blocks, cols / 32, &acts, &twin, false);
+            if let Some(k) = avx512 {
+                let mut tile = B32Tile::default();
+                tile.fill(&blocks, cols / 32);
+                let panel = B32Panel::new(q8.clone(), W::OFFSET);
+                let mut simd = outputs(tokens, rows);
+                assert!(k.b32_tile(&tile, &panel, &mut pieces(&mut simd)));
+                assert_eq!(bits(&simd), bits(&twin), "{what}: AVX-512 tile vs scalar twin");
+            }
+        }
+    }
+}
+
+#[test]
+fn q5_0_tiles_equal_twin_and_dots() {
+    b32_case::<BlockQ5_0>(0x7115_0001);
+}
+
+#[test]
+fn q8_0_tiles_equal_twin_and_dots() {
+    b32_case::<BlockQ8_0>(0x7115_0002);
+}
+
+#[test]
+fn k_quant_tiles_equal_twin_and_dots() {
+    let mut rng = Rng(0x7115_0003);
+    let avx512 = Kernels::for_isa(Isa::Avx512).ok();
+    for rows in ROWS {
+        for tokens in TOKENS {
+            let cols = 3 * QK_K;
+            let per_row = cols / QK_K;
+            let (q4, acts4) = case::<BlockQ4K>(&mut rng, rows, cols, tokens);
+            let (q6, acts6) = case::<BlockQ6K>(&mut rng, rows, cols, tokens);
+            let q8k = |acts: &[ActRow]| -> Vec<Vec<BlockQ8K>> {
+                acts.iter().map(|a| BlockQ8K::blocks_in(a).unwrap().to_vec()).collect()
+            };
+            let (a4, a6) = (q8k(&acts4), q8k(&acts6));
+            let p4 = K8Panel::new(a4.iter().map(|a| a.as_slice()).collect());
+            let p6 = K8Panel::new(a6.iter().map(|a| a.as_slice()).collect());
+
+            let mut twin4 = outputs(tokens, rows);
+            k4_tile_scalar(&q4, per_row, &p4, &mut pieces(&mut twin4));
+            assert_equals_x86_dots(&format!("Q4_K rows {rows} tokens {tokens}"), &q4, per_row, &acts4, &twin4, true);
+            let mut twin6 = outputs(tokens, rows);
+            k6_tile_scalar(&q6, per_row, &p6, &mut pieces(&mut twin6));
+            assert_equals_x86_dots(&format!("Q6_K rows {rows} tokens {tokens}"), &q6, per_row, &acts6, &twin6, false);
+
+            if let Some(k) = avx512 {
+                let mut t4 = K4Tile::default();
+                t4.fill(&q4, per_row);
+                let mut simd4 = outputs(tokens, rows);
+                assert!(k.k4_tile(&t4, &p4, &mut pieces(&mut simd4)));
+                assert_eq!(bits(&simd4), bits(&twin4), "Q4_K rows {rows} tokens {tokens}");
+                let mut t6 = K6Tile::default();
+                t6.fill(&q6, per_row);
+                let mut simd6 = outputs(tokens, rows);
+                assert!(k.k6_tile(&t6, &p6, &mut pieces(&mut simd6)));
+                assert_eq!(bits(&simd6), bits(&twin6), "Q6_K rows {rows} tokens {tokens}");
+            }
+        }
+    }
+}
+
+/// The twins follow the exact float order the x86 dots use, which is what prefill/decode
+/// invariance needs; against an f64 reference they are within the dots' own budget: the
+/// activation quantization plus 1e-5 of the magnitude (see `matmul_matmul.rs`).
+#[test]
+fn twins_are_close_to_f64() {
+    let mut rng = Rng(0x7115_0004);
+    let (rows, tokens, cols) = (16, 3, 512);
+    let (blocks, acts) = case::<BlockQ5_0>(&mut rng, rows, cols, tokens);
+    let q8: Vec<&[BlockQ8_0]> = acts.iter().map(|a| BlockQ8_0::blocks_in(a).unwrap()).collect();
+    let mut out = outputs(tokens, rows);
+    b32_tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut out));
+    for (t, act) in acts.iter().enumerate() {
+        let x = act.dequantize(); // the quantized activations, so only f32 rounding remains
+        for (r, row) in blocks.chunks(cols / 32).enumerate() {
+            let mut w = vec![0.0f32; cols];
+            dequantize_blocks(row, &mut w);
+            let exact: f64 = w.iter().zip(&x).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+            let mag: f64 = w.iter().zip(&x).map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs()).sum();
+            let err = (f64::from(out[t][r]) - exact).abs();
+            assert!(err <= 1e-5 * mag + 1e-30, "t {t} r {r}: {} vs {exact}", out[t][r]);
+        }
+    }
+}
