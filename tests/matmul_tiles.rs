@@ -6,8 +6,9 @@
 //! The SIMD tiles run where the CPU has AVX-512 VNNI; the twins are checked against the AVX2
 //! (x86) dots wherever AVX2 runs, since that is the order they promise.
 
-use minfer::quants::gemm::{B32Panel, B32Tile, Block32Gemm, b32_tile_scalar};
-use minfer::quants::gemm_k::{K4Tile, K6Tile, K8Panel, k4_tile_scalar, k6_tile_scalar};
+use minfer::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile, b32_cell_scalar, tile_scalar};
+use minfer::quants::gemm_k::{K4Tile, K6Tile, K8Panel, q6k_cell_scalar};
+use minfer::quants::gemv::gemv_q4_k;
 use minfer::quants::simd::{Isa, Kernels};
 use minfer::quants::*;
 
@@ -73,7 +74,7 @@ fn b32_case<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(seed: u32) {
             let q8: Vec<&[BlockQ8_0]> = acts.iter().map(|a| BlockQ8_0::blocks_in(a).unwrap()).collect();
             let what = format!("{} rows {rows} tokens {tokens}", W::TYPE);
             let mut twin = outputs(tokens, rows);
-            b32_tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut twin));
+            tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut twin), b32_cell_scalar);
             assert_equals_x86_dots(&what, &blocks, cols / 32, &acts, &twin, false);
             if let Some(k) = avx512 {
                 let mut tile = B32Tile::default();
@@ -115,10 +116,10 @@ fn k_quant_tiles_equal_twin_and_dots() {
             let p6 = K8Panel::new(a6.iter().map(|a| a.as_slice()).collect());
 
             let mut twin4 = outputs(tokens, rows);
-            k4_tile_scalar(&q4, per_row, &p4, &mut pieces(&mut twin4));
+            tile_scalar(&q4, per_row, &p4.acts, &mut pieces(&mut twin4), gemv_q4_k);
             assert_equals_x86_dots(&format!("Q4_K rows {rows} tokens {tokens}"), &q4, per_row, &acts4, &twin4, true);
             let mut twin6 = outputs(tokens, rows);
-            k6_tile_scalar(&q6, per_row, &p6, &mut pieces(&mut twin6));
+            tile_scalar(&q6, per_row, &p6.acts, &mut pieces(&mut twin6), q6k_cell_scalar);
             assert_equals_x86_dots(&format!("Q6_K rows {rows} tokens {tokens}"), &q6, per_row, &acts6, &twin6, false);
 
             if let Some(k) = avx512 {
@@ -147,7 +148,7 @@ fn twins_are_close_to_f64() {
     let (blocks, acts) = case::<BlockQ5_0>(&mut rng, rows, cols, tokens);
     let q8: Vec<&[BlockQ8_0]> = acts.iter().map(|a| BlockQ8_0::blocks_in(a).unwrap()).collect();
     let mut out = outputs(tokens, rows);
-    b32_tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut out));
+    tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut out), b32_cell_scalar);
     for (t, act) in acts.iter().enumerate() {
         let x = act.dequantize(); // the quantized activations, so only f32 rounding remains
         for (r, row) in blocks.chunks(cols / 32).enumerate() {

@@ -30,7 +30,7 @@
 //!   unpacking.
 //! * [`B32Tile`]: unpacked weight rows in row lanes; [`B32Panel`]: the tokens' corrections
 //!   and scales.
-//! * [`b32_cell_scalar`] / [`b32_tile_scalar`]: the scalar twin of the SIMD kernels (same lane
+//! * [`b32_cell_scalar`] with [`tile_scalar`]: the scalar twin of the SIMD kernels (same lane
 //!   integers, same float order), which the tests compare them with.
 
 use super::blocks::{BlockQ5_0, BlockQ8_0};
@@ -72,6 +72,47 @@ impl Block32Gemm for BlockQ8_0 {
 /// Rows per register of the row-lane layout.
 pub const LANES: usize = 16;
 
+/// A weight tile in row lanes, filled from `[rows][per_row]` blocks of `B` (`rows` a multiple
+/// of [`LANES`], `per_row > 0`), reusing its memory.
+pub trait RowLaneTile<B>: Default {
+    fn fill(&mut self, blocks: &[B], per_row: usize);
+}
+
+/// The row-lane geometry of `n_blocks` blocks in rows of `per_row`: `(vecs, vecs * per_row)`,
+/// the number of 16-row groups and of (group, block) slots.
+pub fn lane_groups(n_blocks: usize, per_row: usize) -> (usize, usize) {
+    let vecs = n_blocks.checked_div(per_row).unwrap_or(0) / LANES;
+    (vecs, vecs * per_row)
+}
+
+/// The row-lane walk every tile's `fill` shares: `f(vb, lane, block)` for every block of
+/// `blocks` (`[rows][per_row]`) in whole row groups, `vb = v * per_row + b` the slot of block
+/// `b` of row group `v` and `lane` the row's place in its group.
+pub fn for_each_lane_block<B>(blocks: &[B], per_row: usize, mut f: impl FnMut(usize, usize, &B)) {
+    let (vecs, _) = lane_groups(blocks.len(), per_row);
+    for v in 0..vecs {
+        for lane in 0..LANES {
+            let row = &blocks[(v * LANES + lane) * per_row..][..per_row];
+            for (b, blk) in row.iter().enumerate() {
+                f(v * per_row + b, lane, blk);
+            }
+        }
+    }
+}
+
+/// `v` emptied and refilled with `n` copies of `x` (keeps its allocation).
+pub fn reset<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
+    v.clear();
+    v.resize(n, x);
+}
+
+/// Writes values `4i..4i+4` of `q` into bytes `4*lane..4*lane+4` of `groups[i]`, for every `i`.
+pub fn put_lane_groups(groups: &mut [[u8; 64]], lane: usize, q: &[u8]) {
+    for (g, four) in groups.iter_mut().zip(q.chunks_exact(4)) {
+        g[4 * lane..4 * lane + 4].copy_from_slice(four);
+    }
+}
+
 /// 32-value-block rows unpacked into row lanes, `vecs` groups of [`LANES`] rows, `per_row`
 /// blocks each. With `vb = v * per_row + b` (row group `v`, block `b`): `q[vb * 8 + k]` holds
 /// the unsigned quants of values `4k..4k+4` of each of the 16 rows (4 bytes per row, rows in
@@ -84,31 +125,17 @@ pub struct B32Tile {
     pub per_row: usize,
 }
 
-impl B32Tile {
-    /// Unpacks `blocks` (`[rows][per_row]`, `rows` a multiple of [`LANES`], `per_row > 0`) into
-    /// `self`, reusing its memory.
-    pub fn fill<W: Block32Gemm>(&mut self, blocks: &[W], per_row: usize) {
-        let rows = blocks.len().checked_div(per_row).unwrap_or(0);
-        self.vecs = rows / LANES;
-        self.per_row = per_row;
-        let n = self.vecs * per_row;
-        self.q.clear();
-        self.q.resize(n * 8, [0; 64]);
-        self.d.clear();
-        self.d.resize(n, [0.0; LANES]);
-        for v in 0..self.vecs {
-            for lane in 0..LANES {
-                let row = &blocks[(v * LANES + lane) * per_row..][..per_row];
-                for (b, blk) in row.iter().enumerate() {
-                    let vb = v * per_row + b;
-                    let (q, d) = blk.unpack();
-                    for k in 0..8 {
-                        self.q[vb * 8 + k][4 * lane..4 * lane + 4].copy_from_slice(&q[4 * k..4 * k + 4]);
-                    }
-                    self.d[vb][lane] = d;
-                }
-            }
-        }
+impl<W: Block32Gemm> RowLaneTile<W> for B32Tile {
+    fn fill(&mut self, blocks: &[W], per_row: usize) {
+        let (vecs, n) = lane_groups(blocks.len(), per_row);
+        reset(&mut self.q, n * 8, [0; 64]);
+        reset(&mut self.d, n, [0.0; LANES]);
+        for_each_lane_block(blocks, per_row, |vb, lane, blk| {
+            let (q, d) = blk.unpack();
+            put_lane_groups(&mut self.q[vb * 8..][..8], lane, &q);
+            self.d[vb][lane] = d;
+        });
+        (self.vecs, self.per_row) = (vecs, per_row);
     }
 }
 
@@ -166,17 +193,19 @@ pub fn b32_cell_scalar<W: Block32Gemm>(w: &[W], a: &[BlockQ8_0]) -> f32 {
     hsum_float_8(&acc)
 }
 
-/// `out[t][r]` for every row of `blocks` (`[rows][per_row]`) and token of `acts`, one element
-/// at a time by [`b32_cell_scalar`]: the scalar twin of the SIMD tile kernels.
-pub fn b32_tile_scalar<W: Block32Gemm>(
-    blocks: &[W],
+/// `out[t][r] = cell(row r of blocks, acts[t])` for every row of `blocks` (`[rows][per_row]`)
+/// and every token, one element at a time: with a `*_cell_scalar` (or `gemv::gemv_q4_k`) as
+/// `cell`, the scalar twin of a SIMD tile kernel.
+pub fn tile_scalar<B, A>(
+    blocks: &[B],
     per_row: usize,
-    acts: &[&[BlockQ8_0]],
+    acts: &[&[A]],
     out: &mut [&mut [f32]],
+    cell: impl Fn(&[B], &[A]) -> f32,
 ) {
     for (o, a) in out.iter_mut().zip(acts) {
         for (r, row) in blocks.chunks(per_row).enumerate() {
-            o[r] = b32_cell_scalar(row, a);
+            o[r] = cell(row, a);
         }
     }
 }

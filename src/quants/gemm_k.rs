@@ -27,11 +27,13 @@
 //! * [`K4Tile`]: 16·v weight rows of Q4_K unpacked into row lanes.
 //! * [`K8Panel`]: the tokens' Q8_K rows and their 32-value `bsum` pairs.
 //! * [`K6Tile`]: Q6_K rows in row lanes; [`q6k_cell_scalar`] the twin of its kernel.
-//! * [`k4_tile_scalar`]: the scalar twin (ggml's gemv order per element, `gemv::gemv_q4_k`).
+//! * Scalar twins: [`tile_scalar`](super::gemm::tile_scalar) with `gemv::gemv_q4_k` (ggml's
+//!   gemv order per element) for Q4_K, with [`q6k_cell_scalar`] for Q6_K.
 
 use super::blocks::{BlockQ4K, BlockQ6K, BlockQ8K};
-use super::gemm::hsum_float_8;
-use super::gemv::gemv_q4_k;
+use super::gemm::{
+    RowLaneTile, for_each_lane_block, hsum_float_8, lane_groups, put_lane_groups, reset,
+};
 
 pub use super::gemm::LANES;
 
@@ -53,45 +55,27 @@ pub struct K4Tile {
     pub per_row: usize,
 }
 
-impl K4Tile {
-    /// Unpacks `blocks` (`[rows][per_row]`, `rows` a multiple of [`LANES`], `per_row > 0`) into
-    /// `self`, reusing its memory.
-    pub fn fill(&mut self, blocks: &[BlockQ4K], per_row: usize) {
-        let rows = blocks.len().checked_div(per_row).unwrap_or(0);
-        self.vecs = rows / LANES;
-        self.per_row = per_row;
-        let n = self.vecs * per_row;
-        self.q.clear();
-        self.q.resize(n * 64, [0; 64]);
-        self.sc.clear();
-        self.sc.resize(n * 8, [0; LANES]);
-        self.mp.clear();
-        self.mp.resize(n * 4, [0; LANES]);
-        self.d.clear();
-        self.d.resize(n, [0.0; LANES]);
-        self.dmin.clear();
-        self.dmin.resize(n, [0.0; LANES]);
-        for v in 0..self.vecs {
-            for lane in 0..LANES {
-                let row = &blocks[(v * LANES + lane) * per_row..][..per_row];
-                for (s, b) in row.iter().enumerate() {
-                    let vs = v * per_row + s;
-                    let q = b.quants();
-                    for i in 0..64 {
-                        self.q[vs * 64 + i][4 * lane..4 * lane + 4].copy_from_slice(&q[4 * i..4 * i + 4]);
-                    }
-                    let (sc, m) = b.scales_mins();
-                    for j in 0..8 {
-                        self.sc[vs * 8 + j][lane] = i32::from(sc[j]);
-                    }
-                    for k in 0..4 {
-                        self.mp[vs * 4 + k][lane] = u32::from(m[2 * k]) | u32::from(m[2 * k + 1]) << 16;
-                    }
-                    self.d[vs][lane] = b.d.to_f32();
-                    self.dmin[vs][lane] = b.dmin.to_f32();
-                }
+impl RowLaneTile<BlockQ4K> for K4Tile {
+    fn fill(&mut self, blocks: &[BlockQ4K], per_row: usize) {
+        let (vecs, n) = lane_groups(blocks.len(), per_row);
+        reset(&mut self.q, n * 64, [0; 64]);
+        reset(&mut self.sc, n * 8, [0; LANES]);
+        reset(&mut self.mp, n * 4, [0; LANES]);
+        reset(&mut self.d, n, [0.0; LANES]);
+        reset(&mut self.dmin, n, [0.0; LANES]);
+        for_each_lane_block(blocks, per_row, |vs, lane, b| {
+            put_lane_groups(&mut self.q[vs * 64..][..64], lane, &b.quants());
+            let (sc, m) = b.scales_mins();
+            for j in 0..8 {
+                self.sc[vs * 8 + j][lane] = i32::from(sc[j]);
             }
-        }
+            for k in 0..4 {
+                self.mp[vs * 4 + k][lane] = u32::from(m[2 * k]) | u32::from(m[2 * k + 1]) << 16;
+            }
+            self.d[vs][lane] = b.d.to_f32();
+            self.dmin[vs][lane] = b.dmin.to_f32();
+        });
+        (self.vecs, self.per_row) = (vecs, per_row);
     }
 }
 
@@ -121,37 +105,6 @@ impl<'a> K8Panel<'a> {
     }
 }
 
-/// `out[t][r]` for every row of `blocks` (`[rows][per_row]`) and token of `panel`, one element
-/// at a time by the scalar gemv order: the twin of the SIMD row-lane kernels.
-pub fn k4_tile_scalar(blocks: &[BlockQ4K], per_row: usize, panel: &K8Panel, out: &mut [&mut [f32]]) {
-    for (t, o) in out.iter_mut().enumerate() {
-        for (r, row) in blocks.chunks(per_row).enumerate() {
-            o[r] = gemv_q4_k(row, panel.acts[t]);
-        }
-    }
-}
-
-/// A weight tile in row lanes, filled from `[rows][per_row]` blocks (`rows` a multiple of
-/// [`LANES`]).
-pub trait RowLaneTile: Default {
-    type Block: super::WeightBlock;
-    fn fill(&mut self, blocks: &[Self::Block], per_row: usize);
-}
-
-impl RowLaneTile for K4Tile {
-    type Block = BlockQ4K;
-    fn fill(&mut self, blocks: &[BlockQ4K], per_row: usize) {
-        K4Tile::fill(self, blocks, per_row)
-    }
-}
-
-impl RowLaneTile for K6Tile {
-    type Block = BlockQ6K;
-    fn fill(&mut self, blocks: &[BlockQ6K], per_row: usize) {
-        K6Tile::fill(self, blocks, per_row)
-    }
-}
-
 /// Q6_K rows unpacked into row lanes (layout as [`K4Tile`], `vs = v * per_row + s`):
 ///
 /// * `q[vs * 64 + i]`: unsigned quants (0..=63) of values `4i..4i+4`, 4 bytes per row;
@@ -169,42 +122,25 @@ pub struct K6Tile {
     pub per_row: usize,
 }
 
-impl K6Tile {
-    /// Unpacks `blocks` (`[rows][per_row]`, `rows` a multiple of [`LANES`], `per_row > 0`) into
-    /// `self`, reusing its memory.
-    pub fn fill(&mut self, blocks: &[BlockQ6K], per_row: usize) {
-        let rows = blocks.len().checked_div(per_row).unwrap_or(0);
-        self.vecs = rows / LANES;
-        self.per_row = per_row;
-        let n = self.vecs * per_row;
-        self.q.clear();
-        self.q.resize(n * 64, [0; 64]);
-        self.scp.clear();
-        self.scp.resize(n * 16, [0; LANES]);
-        self.sp.clear();
-        self.sp.resize(n * 8, [0; LANES]);
-        self.d.clear();
-        self.d.resize(n, [0.0; LANES]);
+impl RowLaneTile<BlockQ6K> for K6Tile {
+    fn fill(&mut self, blocks: &[BlockQ6K], per_row: usize) {
+        let (vecs, n) = lane_groups(blocks.len(), per_row);
+        reset(&mut self.q, n * 64, [0; 64]);
+        reset(&mut self.scp, n * 16, [0; LANES]);
+        reset(&mut self.sp, n * 8, [0; LANES]);
+        reset(&mut self.d, n, [0.0; LANES]);
         let pair = |a: i8, b: i8| u32::from(a as i16 as u16) | u32::from(b as i16 as u16) << 16;
-        for v in 0..self.vecs {
-            for lane in 0..LANES {
-                let row = &blocks[(v * LANES + lane) * per_row..][..per_row];
-                for (s, b) in row.iter().enumerate() {
-                    let vs = v * per_row + s;
-                    let q = b.quants().map(|q| (q + 32) as u8);
-                    for i in 0..64 {
-                        self.q[vs * 64 + i][4 * lane..4 * lane + 4].copy_from_slice(&q[4 * i..4 * i + 4]);
-                    }
-                    for j in 0..16 {
-                        self.scp[vs * 16 + j][lane] = pair(b.scales[j], 0);
-                    }
-                    for k in 0..8 {
-                        self.sp[vs * 8 + k][lane] = pair(b.scales[2 * k], b.scales[2 * k + 1]);
-                    }
-                    self.d[vs][lane] = b.d.to_f32();
-                }
+        for_each_lane_block(blocks, per_row, |vs, lane, b| {
+            put_lane_groups(&mut self.q[vs * 64..][..64], lane, &b.quants().map(|q| (q + 32) as u8));
+            for j in 0..16 {
+                self.scp[vs * 16 + j][lane] = pair(b.scales[j], 0);
             }
-        }
+            for k in 0..8 {
+                self.sp[vs * 8 + k][lane] = pair(b.scales[2 * k], b.scales[2 * k + 1]);
+            }
+            self.d[vs][lane] = b.d.to_f32();
+        });
+        (self.vecs, self.per_row) = (vecs, per_row);
     }
 }
 
@@ -231,14 +167,4 @@ pub fn q6k_cell_scalar(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
         }
     }
     hsum_float_8(&acc)
-}
-
-/// `out[t][r]` for every row of `blocks` (`[rows][per_row]`) and token of `panel` by
-/// [`q6k_cell_scalar`]: the twin of the SIMD Q6_K row-lane kernels.
-pub fn k6_tile_scalar(blocks: &[BlockQ6K], per_row: usize, panel: &K8Panel, out: &mut [&mut [f32]]) {
-    for (t, o) in out.iter_mut().enumerate() {
-        for (r, row) in blocks.chunks(per_row).enumerate() {
-            o[r] = q6k_cell_scalar(row, panel.acts[t]);
-        }
-    }
 }

@@ -20,11 +20,11 @@
 //! a time) bit for bit. llama.cpp itself does not have the second property: with two or more
 //! tokens it switches to the llamafile sgemm, which sums in another order.
 
-use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm};
-use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES, RowLaneTile};
+use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
+use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
-    ActBlock, ActRow, BlockQ5_0, BlockQ8_0, BlockQ8K, GgmlType, QK_K, QK32, QuantError, VecDot,
+    ActBlock, ActRow, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, BlockQ8K, GgmlType, QuantError, VecDot,
     WeightBlock, blocks_of,
 };
 
@@ -212,10 +212,14 @@ fn matmul_with(
             GgmlType::Q8_0 => gemm_b32::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
             // Q4_0 of 16k rows is repacked by llama.cpp (its gemv order): element by element.
             GgmlType::Q4K => {
-                gemm_row_lanes::<K4Tile>(pool, w, &acts, bias, out, |t, p, o| kernels.k4_tile(t, p, o))?
+                gemm_row_lanes::<BlockQ4K, BlockQ8K, K4Tile, _>(pool, w, &acts, bias, out, K8Panel::new, |t, p, o| {
+                    kernels.k4_tile(t, p, o)
+                })?
             }
             GgmlType::Q6K => {
-                gemm_row_lanes::<K6Tile>(pool, w, &acts, bias, out, |t, p, o| kernels.k6_tile(t, p, o))?
+                gemm_row_lanes::<BlockQ6K, BlockQ8K, K6Tile, _>(pool, w, &acts, bias, out, K8Panel::new, |t, p, o| {
+                    kernels.k6_tile(t, p, o)
+                })?
             }
             _ => false,
         };
@@ -261,45 +265,6 @@ fn row_tiles(out: &mut [f32], rows: usize, tokens: usize, tile_rows: usize) -> V
     tiles
 }
 
-/// The many-token product of a 32-value-block matrix (rows a multiple of 16) by the row-lane
-/// kernels ([`Kernels::b32_tile`]): each worker unpacks 32 rows once and multiplies them with
-/// every token. Same bits per element as [`multiply`]. `Ok(false)`: not run (an ISA without
-/// the kernel, or activations of another type).
-fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
-    pool: &Pool,
-    kernels: Kernels,
-    w: &WeightMatrix,
-    acts: &[ActRow],
-    bias: Option<&[f32]>,
-    out: &mut [f32],
-) -> Result<bool, QuantError> {
-    let per_row = w.cols / QK32;
-    let blocks: &[W] = blocks_of::<W>(w.data, w.rows * w.cols)?; // [rows][per_row]
-    let q8: Option<Vec<&[BlockQ8_0]>> = acts
-        .iter()
-        .map(|a| match a {
-            ActRow::Q8_0(b) if b.len() == per_row => Some(b.as_slice()),
-            _ => None,
-        })
-        .collect();
-    let Some(q8) = q8 else { return Ok(false) };
-    let panel = B32Panel::new(q8, W::OFFSET);
-    let mut tiles = row_tiles(out, w.rows, acts.len(), ROW_LANE_TILE);
-    let ok = std::sync::atomic::AtomicBool::new(true);
-    pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
-        let pieces = &mut tile[0];
-        let first = i * ROW_LANE_TILE;
-        let n_rows = pieces.first().map_or(0, |p| p.len());
-        let mut unpacked = B32Tile::default();
-        unpacked.fill(&blocks[first * per_row..(first + n_rows) * per_row], per_row);
-        if !kernels.b32_tile(&unpacked, &panel, pieces) {
-            ok.store(false, std::sync::atomic::Ordering::Relaxed);
-        }
-        add_bias(pieces, bias, first);
-    });
-    Ok(ok.into_inner())
-}
-
 /// Adds `bias[first + j]` to element `j` of every token's piece.
 fn add_bias(pieces: &mut [&mut [f32]], bias: Option<&[f32]>, first: usize) {
     if let Some(b) = bias {
@@ -311,35 +276,37 @@ fn add_bias(pieces: &mut [&mut [f32]], bias: Option<&[f32]>, first: usize) {
     }
 }
 
-/// Rows per work item of the row-lane (K-quant) tiles: two registers of rows.
+/// Rows per work item of the row-lane tiles: two registers of rows.
 const ROW_LANE_TILE: usize = 2 * LANES;
 
-/// The many-token product of a K-quant matrix (rows a multiple of 16) by row-lane kernels
-/// (`run`: [`Kernels::k4_tile`] or [`Kernels::k6_tile`]): each worker unpacks 32 rows once and
-/// multiplies them with every token. Same bits per element as [`multiply`]. `Ok(false)`: not
-/// run (an ISA without the kernel, or activations of another type).
-fn gemm_row_lanes<T: RowLaneTile>(
+/// The many-token product of a matrix of `B` blocks (rows a multiple of 16) by a row-lane
+/// kernel: the tokens' `A` rows become the kernel's `panel`, each worker unpacks 32 rows into
+/// a `T` once and `run`s it against every token ([`Kernels::b32_tile`], [`Kernels::k4_tile`],
+/// [`Kernels::k6_tile`]). Same bits per element as [`multiply`]. `Ok(false)`: not run (an ISA
+/// without the kernel, or activations of another type).
+fn gemm_row_lanes<'a, B, A, T, P>(
     pool: &Pool,
     w: &WeightMatrix,
-    acts: &[ActRow],
+    acts: &'a [ActRow],
     bias: Option<&[f32]>,
     out: &mut [f32],
-    run: impl Fn(&T, &K8Panel, &mut [&mut [f32]]) -> bool + Sync,
+    panel: impl FnOnce(Vec<&'a [A]>) -> P,
+    run: impl Fn(&T, &P, &mut [&mut [f32]]) -> bool + Sync,
 ) -> Result<bool, QuantError>
 where
-    T::Block: Sync,
+    B: WeightBlock + Sync,
+    A: ActBlock + 'a,
+    T: RowLaneTile<B>,
+    P: Sync,
 {
-    let per_row = w.cols / QK_K;
-    let blocks: &[T::Block] = blocks_of::<T::Block>(w.data, w.rows * w.cols)?; // [rows][per_row]
-    let q8k: Option<Vec<&[BlockQ8K]>> = acts
+    let per_row = w.cols / B::N;
+    let blocks: &[B] = blocks_of::<B>(w.data, w.rows * w.cols)?; // [rows][per_row]
+    let rows: Option<Vec<&[A]>> = acts
         .iter()
-        .map(|a| match a {
-            ActRow::Q8K(b) if b.len() == per_row => Some(b.as_slice()),
-            _ => None,
-        })
+        .map(|a| A::blocks_in(a).filter(|b| b.len() == per_row))
         .collect();
-    let Some(q8k) = q8k else { return Ok(false) };
-    let panel = K8Panel::new(q8k);
+    let Some(rows) = rows else { return Ok(false) };
+    let panel = panel(rows);
     let mut tiles = row_tiles(out, w.rows, acts.len(), ROW_LANE_TILE);
     let ok = std::sync::atomic::AtomicBool::new(true);
     pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
@@ -354,6 +321,26 @@ where
         add_bias(pieces, bias, first);
     });
     Ok(ok.into_inner())
+}
+
+/// [`gemm_row_lanes`] for a 32-value-block type (Q8_0 activations).
+fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
+    pool: &Pool,
+    kernels: Kernels,
+    w: &WeightMatrix,
+    acts: &[ActRow],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<bool, QuantError> {
+    gemm_row_lanes::<W, BlockQ8_0, B32Tile, _>(
+        pool,
+        w,
+        acts,
+        bias,
+        out,
+        |rows| B32Panel::new(rows, W::OFFSET),
+        |t, p, o| kernels.b32_tile(t, p, o),
+    )
 }
 
 /// The product for weight blocks `W`, shapes already checked: `acts` is `[tokens]`, `out`

@@ -282,42 +282,35 @@ impl Kernels {
     /// The many-token product of a tile of 32-value-block weight rows (Q4_0, Q5_0, Q8_0 with
     /// Q8_0 activations; see [`gemm`](super::gemm)): `out[t][r]`, each element bit-identical to
     /// [`Kernels::dot`] of the x86 ISAs. Returns `false`, writing nothing, where this ISA has
-    /// no such kernel (then multiply element by element).
+    /// no such kernel or the shapes do not fit (then multiply element by element).
     pub fn b32_tile(&self, tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
-            Backend::Avx512(t) => {
-                t.b32_tile(tile, panel, out);
-                true
-            }
+            Backend::Avx512(t) => t.b32_tile(tile, panel, out),
             _ => false,
         }
     }
 
     /// The many-token product of a tile of Q4_K rows (a multiple of 16) that llama.cpp repacks
     /// (see [`gemm_k`](super::gemm_k)): `out[t][r]`, each element bit-identical to
-    /// [`Kernels::gemv`]. Returns `false`, writing nothing, where this ISA has no such kernel.
+    /// [`Kernels::gemv`]. Returns `false`, writing nothing, where this ISA has no such kernel
+    /// or the shapes do not fit.
     pub fn k4_tile(&self, tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
-            Backend::Avx512(t) => {
-                t.k4_tile(tile, panel, out);
-                true
-            }
+            Backend::Avx512(t) => t.k4_tile(tile, panel, out),
             _ => false,
         }
     }
 
     /// The many-token product of a tile of Q6_K rows (a multiple of 16; see
     /// [`gemm_k`](super::gemm_k)): `out[t][r]`, each element bit-identical to [`Kernels::dot`]
-    /// of the x86 ISAs. Returns `false`, writing nothing, where this ISA has no such kernel.
+    /// of the x86 ISAs. Returns `false`, writing nothing, where this ISA has no such kernel
+    /// or the shapes do not fit.
     pub fn k6_tile(&self, tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
-            Backend::Avx512(t) => {
-                t.k6_tile(tile, panel, out);
-                true
-            }
+            Backend::Avx512(t) => t.k6_tile(tile, panel, out),
             _ => false,
         }
     }

@@ -20,6 +20,13 @@ fn bcast4(qs: &[i8], g: usize) -> __m512i {
     _mm512_set1_epi32(unsafe { four.as_ptr().cast::<i32>().read_unaligned() })
 }
 
+/// Whether `out` has a piece of at least `rows` values for each of `tokens` tokens, and each
+/// token's activation row `lens` holds `n` blocks: the shapes every tile kernel checks before
+/// it writes anything.
+fn shapes_fit(out: &[&mut [f32]], rows: usize, n: usize, mut lens: impl Iterator<Item = usize>) -> bool {
+    out.iter().all(|o| o.len() >= rows) && lens.all(|l| l == n)
+}
+
 /// Tokens per [`b32_step`].
 const B32_T: usize = 2;
 
@@ -77,18 +84,15 @@ fn b32_step<const T: usize>(
 }
 
 /// `out[t][r]` for every row of `tile` and token of `panel`, bit-identical to
-/// [`b32_tile_scalar`](crate::quants::gemm::b32_tile_scalar) and to the single-token dots.
+/// [`b32_cell_scalar`](crate::quants::gemm::b32_cell_scalar) and to the single-token dots.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn b32_tile(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) {
+fn b32_tile(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
     let n = tile.per_row;
     let tokens = panel.acts.len();
-    let ok = out.len() >= tokens
-        && out.iter().all(|o| o.len() >= tile.vecs * LANES)
-        && panel.acts.iter().all(|a| a.len() == n)
-        && panel.corr.iter().all(|c| c.len() == n)
-        && panel.da.iter().all(|d| d.len() == n);
-    if !ok {
-        return;
+    let lens = panel.acts.iter().map(|a| a.len());
+    let lens = lens.chain(panel.corr.iter().map(|c| c.len())).chain(panel.da.iter().map(|d| d.len()));
+    if out.len() < tokens || !shapes_fit(out, tile.vecs * LANES, n, lens) {
+        return false;
     }
     for v in 0..tile.vecs {
         let mut t = 0;
@@ -101,11 +105,13 @@ fn b32_tile(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) {
             t += 1;
         }
     }
+    true
 }
 
 impl Avx512 {
     /// [`b32_tile`]: `out[t][r] = dot(row r of tile, token t of panel)`.
-    pub fn b32_tile(self, tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) {
+    /// `false`, writing nothing, if the shapes do not fit.
+    pub fn b32_tile(self, tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
         // SAFETY: an Avx512 token exists only where detection found every feature enabled.
         unsafe { b32_tile(tile, panel, out) }
     }
@@ -224,13 +230,14 @@ fn k4_sweep<const V: usize>(
 }
 
 /// `out[t][r]` for every row of `tile` and token of `panel`, bit-identical to ggml's repacked
-/// gemv per element ([`k4_tile_scalar`](crate::quants::gemm_k::k4_tile_scalar)).
+/// gemv per element ([`gemv_q4_k`](crate::quants::gemv::gemv_q4_k)).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn k4_tile(tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
+fn k4_tile(tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
     let n = tile.per_row;
     let tokens = panel.acts.len();
-    if panel.acts.iter().any(|a| a.len() != n) || panel.bs.iter().any(|b| b.len() != n) {
-        return;
+    let lens = panel.acts.iter().map(|a| a.len()).chain(panel.bs.iter().map(|b| b.len()));
+    if out.len() < tokens || !shapes_fit(out, tile.vecs * LANES, n, lens) {
+        return false;
     }
     let mut v0 = 0;
     while v0 < tile.vecs {
@@ -256,11 +263,13 @@ fn k4_tile(tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
         }
         v0 += nv;
     }
+    true
 }
 
 impl Avx512 {
     /// [`k4_tile`]: `out[t][r] = gemv_q4_k(row r of tile, token t of panel)`.
-    pub fn k4_tile(self, tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
+    /// `false`, writing nothing, if the shapes do not fit.
+    pub fn k4_tile(self, tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
         // SAFETY: an Avx512 token exists only where detection found every feature enabled.
         unsafe { k4_tile(tile, panel, out) }
     }
@@ -327,13 +336,13 @@ fn k6_step<const T: usize>(
 }
 
 /// `out[t][r]` for every row of `tile` and token of `panel`, bit-identical to the single-token
-/// Q6_K kernels ([`k6_tile_scalar`](crate::quants::gemm_k::k6_tile_scalar)).
+/// Q6_K kernels ([`q6k_cell_scalar`](crate::quants::gemm_k::q6k_cell_scalar)).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn k6_tile(tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
+fn k6_tile(tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
     let n = tile.per_row;
     let tokens = panel.acts.len();
-    if panel.acts.iter().any(|a| a.len() != n) {
-        return;
+    if out.len() < tokens || !shapes_fit(out, tile.vecs * LANES, n, panel.acts.iter().map(|a| a.len())) {
+        return false;
     }
     for v in 0..tile.vecs {
         // [tokens][8 lanes] accumulators of 16 rows
@@ -360,11 +369,13 @@ fn k6_tile(tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
             }
         }
     }
+    true
 }
 
 impl Avx512 {
     /// [`k6_tile`]: `out[t][r] = q6_k dot(row r of tile, token t of panel)`.
-    pub fn k6_tile(self, tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) {
+    /// `false`, writing nothing, if the shapes do not fit.
+    pub fn k6_tile(self, tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
         // SAFETY: an Avx512 token exists only where detection found every feature enabled.
         unsafe { k6_tile(tile, panel, out) }
     }
