@@ -138,6 +138,8 @@ pub struct Engine {
     model: Arc<Model>,
     cache: GraphCache,
     sched: BackendScheduler,
+    /// The CPU backend's workers; a forward pass runs inside [`Pool::install`].
+    pool: Arc<Pool>,
     cparams: CParams,
     n_past: usize,
     last: Option<EvalInfo>,
@@ -154,10 +156,11 @@ impl Engine {
         let weights = Arc::new(WeightStore::new(model.file.clone())?);
         let pool = Arc::new(Pool::new(p.n_threads)?);
         let mut alloc = GraphAllocator::new(registry, fence);
-        alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_model(weights, pool)))?;
+        alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_model(weights, pool.clone())))?;
         let cparams = CParams { n_ctx: p.n_ctx, flash_attn: false, gpu: false, fuse_qkv: false, fuse_ffn: false };
         Ok(Engine {
             model,
+            pool,
             cache: GraphCache::new(alloc),
             sched: BackendScheduler::with_trace(p.trace),
             cparams,
@@ -246,7 +249,10 @@ impl Engine {
         }
         let out = *graph.outputs.first().ok_or(GraphError::NoGraph)?;
         match self.dump.as_ref().filter(|d| (self.n_past..self.n_past + nt).contains(&d.pos)) {
-            None => self.cache.execute(&self.sched)?,
+            None => {
+                let (cache, sched) = (&mut self.cache, &self.sched);
+                self.pool.install(|| cache.execute(sched))?
+            }
             Some(d) => {
                 let t = d.pos - self.n_past;
                 let io = |err| EngineError::Dump { dir: d.dir.display().to_string(), err };

@@ -36,6 +36,14 @@ impl Pool {
         self.n_threads
     }
 
+    /// Runs `f` on one of the pool's workers and returns its result. Parallel calls made inside
+    /// `f` ([`Pool::for_each_range`], [`Pool::for_each_item_mut`]) then start from a worker:
+    /// the other workers pick the pieces up while still spinning, instead of each call waking
+    /// the pool from outside and sleeping until it is done. Wrap a whole forward pass in it.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.inner.install(f)
+    }
+
     /// Calls `f` on contiguous chunks that together cover `0..n` exactly once, each chunk at
     /// least `min_chunk` long (except a short last one). The chunking may depend on the thread
     /// count, so `f` must compute every item of its range independently of the range's bounds.
