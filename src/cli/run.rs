@@ -49,6 +49,7 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
         sampler: a.sampler.clone(),
         stop: a.stop.clone(),
         ubatch: a.engine.ubatch,
+        n_probs: None,
     };
     let json = a.json;
     let g = generate(&mut engine, &tok, &ids, &params, &mut |s| {

@@ -134,6 +134,24 @@ pub struct EvalInfo {
     pub prepared: Prepared,
 }
 
+/// What the engines of one model can share: its weights and the CPU workers. A server's slots
+/// each own an [`Engine`] (and so their KV) but share these; their forward passes must then
+/// not run at the same time (the server runs them from one thread).
+#[derive(Clone)]
+pub struct EngineShared {
+    pub weights: Arc<WeightStore>,
+    pub pool: Arc<Pool>,
+}
+
+impl EngineShared {
+    pub fn new(model: &Model, n_threads: usize) -> Result<EngineShared, EngineError> {
+        Ok(EngineShared {
+            weights: Arc::new(WeightStore::new(model.file.clone())?),
+            pool: Arc::new(Pool::new(n_threads)?),
+        })
+    }
+}
+
 pub struct Engine {
     model: Arc<Model>,
     cache: GraphCache,
@@ -148,13 +166,19 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(model: Arc<Model>, p: &EngineParams) -> Result<Engine, EngineError> {
+        let shared = EngineShared::new(&model, p.n_threads)?;
+        Engine::with_shared(model, p, &shared)
+    }
+
+    /// An engine over weights and workers another engine may also use (`p.n_threads` is
+    /// ignored: the pool is `shared`'s).
+    pub fn with_shared(model: Arc<Model>, p: &EngineParams, shared: &EngineShared) -> Result<Engine, EngineError> {
         if p.n_ctx == 0 {
             return Err(EngineError::ZeroContext);
         }
         let registry = BackendRegistry::builtin();
         let fence = registry.resolve_fence(p.backends.as_deref())?;
-        let weights = Arc::new(WeightStore::new(model.file.clone())?);
-        let pool = Arc::new(Pool::new(p.n_threads)?);
+        let (weights, pool) = (shared.weights.clone(), shared.pool.clone());
         let mut alloc = GraphAllocator::new(registry, fence);
         alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_model(weights, pool.clone())))?;
         let cparams = CParams { n_ctx: p.n_ctx, flash_attn: false, gpu: false, fuse_qkv: false, fuse_ffn: false };

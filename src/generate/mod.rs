@@ -1,13 +1,15 @@
 //! Text generation: sampling, stop conditions, and the prefill → decode loop.
 
 mod engine;
+mod logprobs;
 mod rng;
 mod run;
 mod sampler;
 mod stop;
 
-pub use engine::{Engine, EngineError, EngineParams, EvalInfo, NodeDump, default_threads, trace_from_env};
+pub use engine::{Engine, EngineError, EngineParams, EngineShared, EvalInfo, NodeDump, default_threads, trace_from_env};
 pub use rng::SampleRng;
-pub use run::{GenerateError, GenerateParams, Generation, StopReason, generate};
+pub use logprobs::{TokenLogprobs, token_logprobs};
+pub use run::{GenerateError, GenerateParams, Generation, Generator, StepOutput, StopReason, generate};
 pub use sampler::{Sampler, SamplerError, SamplerParams, argmax};
 pub use stop::{StopOutcome, StopStrings};

@@ -4,9 +4,10 @@
 use std::time::Instant;
 
 use super::engine::{Engine, EngineError};
+use super::logprobs::{TokenLogprobs, token_logprobs};
 use super::sampler::{Sampler, SamplerError, SamplerParams};
 use super::stop::{StopOutcome, StopStrings};
-use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 #[derive(Debug, Clone)]
 pub struct GenerateParams {
@@ -17,6 +18,9 @@ pub struct GenerateParams {
     pub stop: Vec<String>,
     /// Prefill in chunks of at most this many tokens.
     pub ubatch: Option<usize>,
+    /// Report the log-probability of every sampled token and of this many alternatives
+    /// (`None`: no log-probabilities).
+    pub n_probs: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +78,154 @@ pub enum GenerateError {
     Sink(String),
 }
 
+/// What one [`Generator::step`] did.
+#[derive(Debug, Clone, Default)]
+pub struct StepOutput {
+    /// The token sampled in this step (`None` for a prefill chunk).
+    pub token: Option<u32>,
+    /// Its log-probabilities, when [`GenerateParams::n_probs`] asks for them.
+    pub logprobs: Option<TokenLogprobs>,
+    /// Text that became final in this step (possibly empty).
+    pub text: String,
+    /// Set on the last step.
+    pub finished: Option<StopReason>,
+}
+
+/// The generation loop as a state machine, one forward pass per [`Generator::step`]: a server
+/// interleaves the steps of several sequences, the CLI runs them back to back ([`generate`]).
+pub struct Generator<'t> {
+    tok: &'t Tokenizer,
+    params: GenerateParams,
+    sampler: Sampler,
+    stream: StreamDecoder<'t>,
+    stops: StopStrings,
+    /// Prompt tokens already evaluated.
+    prefilled: usize,
+    /// The logits of the last evaluated token (empty until the prompt is evaluated).
+    logits: Vec<f32>,
+    out: Generation,
+}
+
+impl<'t> Generator<'t> {
+    /// Checks the prompt against `engine`'s free context and the sampler settings; evaluates
+    /// nothing yet.
+    pub fn new(engine: &Engine, tok: &'t Tokenizer, prompt: &[u32], p: &GenerateParams) -> Result<Generator<'t>, GenerateError> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        let (n_ctx, n_past) = (engine.n_ctx(), engine.n_past());
+        if n_past + prompt.len() > n_ctx {
+            return Err(GenerateError::PromptTooLong { n_prompt: prompt.len(), n_ctx, n_past });
+        }
+        let mut sampler = Sampler::new(p.sampler.clone())?;
+        prompt.iter().for_each(|&t| sampler.accept(t));
+        Ok(Generator {
+            tok,
+            params: p.clone(),
+            sampler,
+            stream: tok.stream_decoder(),
+            stops: StopStrings::new(p.stop.iter().cloned()),
+            prefilled: 0,
+            logits: Vec::new(),
+            out: Generation {
+                prompt_ids: prompt.to_vec(),
+                generated_ids: Vec::new(),
+                text: String::new(),
+                stop: StopReason::MaxTokens,
+                prompt_secs: 0.0,
+                gen_secs: 0.0,
+                n_decoded: 0,
+            },
+        })
+    }
+
+    /// What has been generated so far (the whole result once a step reported `finished`).
+    pub fn generation(&self) -> &Generation {
+        &self.out
+    }
+
+    pub fn into_generation(self) -> Generation {
+        self.out
+    }
+
+    /// Prompt tokens still to evaluate.
+    pub fn prompt_left(&self) -> usize {
+        self.out.prompt_ids.len() - self.prefilled
+    }
+
+    /// One forward pass: the next prefill chunk, or sample a token, emit its text and evaluate
+    /// it. Do not call again after a step reported `finished`.
+    pub fn step(&mut self, engine: &mut Engine) -> Result<StepOutput, GenerateError> {
+        let t0 = Instant::now();
+        if self.prompt_left() > 0 {
+            let chunk = self.params.ubatch.unwrap_or(usize::MAX).max(1).min(self.prompt_left());
+            let part = &self.out.prompt_ids[self.prefilled..self.prefilled + chunk];
+            self.logits = engine.eval(part, 1)?;
+            self.prefilled += chunk;
+            self.out.prompt_secs += t0.elapsed().as_secs_f64();
+            return Ok(StepOutput::default());
+        }
+        let r = self.decode_step(engine);
+        self.out.gen_secs += t0.elapsed().as_secs_f64();
+        r
+    }
+
+    fn decode_step(&mut self, engine: &mut Engine) -> Result<StepOutput, GenerateError> {
+        if self.out.generated_ids.len() >= self.params.max_tokens {
+            return Ok(self.finish(StepOutput::default(), StopReason::MaxTokens));
+        }
+        let id = self.sampler.sample(&self.logits)?;
+        self.sampler.accept(id);
+        self.out.generated_ids.push(id);
+        let mut step = StepOutput {
+            token: Some(id),
+            logprobs: self.params.n_probs.map(|n| token_logprobs(&self.logits, id, n)),
+            ..StepOutput::default()
+        };
+        if self.tok.is_eog(id) {
+            return Ok(self.finish(step, StopReason::EndOfGeneration));
+        }
+        let piece = self.stream.push(id)?;
+        match self.stops.push(&piece) {
+            StopOutcome::Continue(s) => self.emit(&mut step, &s),
+            StopOutcome::Stop(s) => {
+                self.emit(&mut step, &s);
+                return Ok(self.finish(step, StopReason::StopString));
+            }
+        }
+        if self.out.generated_ids.len() >= self.params.max_tokens {
+            return Ok(self.finish(step, StopReason::MaxTokens));
+        }
+        if engine.n_past() >= engine.n_ctx() {
+            return Ok(self.finish(step, StopReason::ContextFull));
+        }
+        self.logits = engine.eval(&[id], 1)?;
+        self.out.n_decoded += 1;
+        Ok(step)
+    }
+
+    fn emit(&mut self, step: &mut StepOutput, s: &str) {
+        self.out.text.push_str(s);
+        step.text.push_str(s);
+    }
+
+    /// Ends generation; text held back (an unfinished code point or a partial stop string)
+    /// is released unless a stop string matched.
+    fn finish(&mut self, mut step: StepOutput, reason: StopReason) -> StepOutput {
+        self.out.stop = reason;
+        if reason != StopReason::StopString {
+            let rest = self.stream.flush();
+            let tail = match self.stops.push(&rest) {
+                StopOutcome::Continue(s) => s + &self.stops.flush(),
+                StopOutcome::Stop(s) => s,
+            };
+            self.emit(&mut step, &tail);
+        }
+        step.finished = Some(reason);
+        step
+    }
+}
+
 /// Generates from `prompt` (token ids, BOS included if wanted); `on_text` receives the text as
 /// it becomes final (complete UTF-8, never part of a stop string).
 pub fn generate(
@@ -83,74 +235,14 @@ pub fn generate(
     p: &GenerateParams,
     on_text: &mut dyn FnMut(&str) -> Result<(), String>,
 ) -> Result<Generation, GenerateError> {
-    if prompt.is_empty() {
-        return Err(GenerateError::EmptyPrompt);
+    let mut g = Generator::new(engine, tok, prompt, p)?;
+    loop {
+        let step = g.step(engine)?;
+        if !step.text.is_empty() {
+            on_text(&step.text).map_err(GenerateError::Sink)?;
+        }
+        if step.finished.is_some() {
+            return Ok(g.into_generation());
+        }
     }
-    let (n_ctx, n_past) = (engine.n_ctx(), engine.n_past());
-    if n_past + prompt.len() > n_ctx {
-        return Err(GenerateError::PromptTooLong { n_prompt: prompt.len(), n_ctx, n_past });
-    }
-    let mut sampler = Sampler::new(p.sampler.clone())?;
-    prompt.iter().for_each(|&t| sampler.accept(t));
-
-    let t0 = Instant::now();
-    let mut logits = engine.prefill(prompt, p.ubatch)?;
-    let prompt_secs = t0.elapsed().as_secs_f64();
-
-    let mut out = Generation {
-        prompt_ids: prompt.to_vec(),
-        generated_ids: Vec::new(),
-        text: String::new(),
-        stop: StopReason::MaxTokens,
-        prompt_secs,
-        gen_secs: 0.0,
-        n_decoded: 0,
-    };
-    let mut stream = tok.stream_decoder();
-    let mut stops = StopStrings::new(p.stop.iter().cloned());
-    let mut emit = |out: &mut Generation, s: &str| -> Result<(), GenerateError> {
-        if s.is_empty() {
-            return Ok(());
-        }
-        out.text.push_str(s);
-        on_text(s).map_err(GenerateError::Sink)
-    };
-    let t1 = Instant::now();
-    while out.generated_ids.len() < p.max_tokens {
-        let id = sampler.sample(&logits)?;
-        sampler.accept(id);
-        out.generated_ids.push(id);
-        if tok.is_eog(id) {
-            out.stop = StopReason::EndOfGeneration;
-            break;
-        }
-        let piece = stream.push(id)?;
-        match stops.push(&piece) {
-            StopOutcome::Continue(s) => emit(&mut out, &s)?,
-            StopOutcome::Stop(s) => {
-                emit(&mut out, &s)?;
-                out.stop = StopReason::StopString;
-                break;
-            }
-        }
-        if out.generated_ids.len() == p.max_tokens {
-            break;
-        }
-        if engine.n_past() >= n_ctx {
-            out.stop = StopReason::ContextFull;
-            break;
-        }
-        logits = engine.eval(&[id], 1)?;
-        out.n_decoded += 1;
-    }
-    out.gen_secs = t1.elapsed().as_secs_f64();
-    if out.stop != StopReason::StopString {
-        let rest = stream.flush();
-        let tail = match stops.push(&rest) {
-            StopOutcome::Continue(s) => s + &stops.flush(),
-            StopOutcome::Stop(s) => s,
-        };
-        emit(&mut out, &tail)?;
-    }
-    Ok(out)
 }

@@ -26,6 +26,9 @@ pub struct SamplerParams {
     /// How many recent tokens the penalties look at.
     pub penalty_last_n: usize,
     pub seed: u64,
+    /// Added to the logits of these tokens before anything else (OpenAI's `logit_bias`;
+    /// `-inf` bans a token).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplerParams {
@@ -40,6 +43,7 @@ impl Default for SamplerParams {
             frequency_penalty: 0.0,
             penalty_last_n: 64,
             seed: 0xC0FFEE,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -69,6 +73,9 @@ impl SamplerParams {
         }
         if !self.frequency_penalty.is_finite() {
             return bad("frequency_penalty", self.frequency_penalty, "must be a finite number");
+        }
+        if let Some(&(_, b)) = self.logit_bias.iter().find(|(_, b)| b.is_nan() || *b == f32::INFINITY) {
+            return bad("logit_bias", b, "must be a number or -inf");
         }
         Ok(())
     }
@@ -125,6 +132,14 @@ impl Sampler {
             return Err(SamplerError::Empty);
         }
         let mut logits = std::borrow::Cow::Borrowed(logits);
+        if !self.params.logit_bias.is_empty() {
+            let l = logits.to_mut();
+            for &(id, bias) in &self.params.logit_bias {
+                if let Some(x) = l.get_mut(id as usize) {
+                    *x += bias;
+                }
+            }
+        }
         if self.penalties_active() {
             self.apply_penalties(logits.to_mut());
         }
@@ -316,6 +331,17 @@ mod tests {
         // token 0: 4/2 - 2*0.5 - 0.25 = 0.75; token 1: -1*2 - 0.5 - 0.25 = -2.75; token 2 untouched.
         assert_eq!(logits, vec![0.75, -2.75, 3.0]);
         assert_eq!(s.sample(&[4.0, -1.0, 3.0]).unwrap(), 2);
+    }
+
+    #[test]
+    fn logit_bias_comes_first_and_can_ban() {
+        let mut s = Sampler::new(params(|p| {
+            p.temperature = 0.0;
+            p.logit_bias = vec![(0, f32::NEG_INFINITY), (2, 1.5)];
+        }))
+        .unwrap();
+        // token 0 is banned, token 2 rises from 3.0 to 4.5 past token 1's 4.0.
+        assert_eq!(s.sample(&[9.0, 4.0, 3.0]).unwrap(), 2);
     }
 
     #[test]
