@@ -11,5 +11,6 @@ pub mod gguf;
 pub mod graph;
 pub mod models;
 pub mod quants;
+pub mod server;
 pub mod tokenizer;
 pub mod vec_ops;

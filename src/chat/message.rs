@@ -110,7 +110,8 @@ pub struct ChatRequest {
     pub tools: Option<Json>,
 }
 
-fn kind_of(v: &Json) -> &'static str {
+/// What kind of JSON value `v` is ("a string", "null", ...), for error messages.
+pub fn kind_of(v: &Json) -> &'static str {
     match v {
         Json::Null => "null",
         Json::Bool(_) => "a boolean",

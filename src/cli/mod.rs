@@ -8,6 +8,7 @@ mod logits;
 mod model_files;
 mod output;
 mod run;
+mod serve;
 mod template;
 mod tokenize;
 
@@ -54,6 +55,8 @@ pub enum CliError {
     WriteFile { path: PathBuf, source: std::io::Error },
     #[error("cannot write output: {0}")]
     Output(std::io::Error),
+    #[error(transparent)]
+    Serve(#[from] crate::server::ServeError),
 }
 
 #[derive(Debug, Parser)]
@@ -152,6 +155,9 @@ pub enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// Serve the OpenAI API over HTTP (/v1/chat/completions, /v1/completions, /v1/models,
+    /// /health, /metrics, /tokenize, /detokenize).
+    Serve(serve::ServeArgs),
     /// Measure prompt processing (pp) and generation (tg) speed, as llama-bench does.
     Bench {
         /// The GGUF model file.
@@ -213,6 +219,7 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             penalty_last_n: self.repeat_last_n,
             seed: self.seed,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -254,6 +261,7 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
             let args = bench::BenchArgs { n_prompt, n_gen, reps, output, engine: engine.resolved() };
             bench::run(&mut out, &model, &args)
         }
+        Command::Serve(args) => serve::run(args),
         Command::Logits { model, ids, from, top, engine } => {
             let ids = parse_ids(&ids)?;
             logits::run(&mut out, &model, &ids, from, top, &engine.resolved())

@@ -1,0 +1,76 @@
+//! `minfer serve`: the OpenAI-compatible HTTP server.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::CliError;
+use crate::generate::default_threads;
+use crate::server::{ServeConfig, serve};
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The GGUF model file.
+    #[arg(short, long)]
+    pub model: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one; the address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Requests generated at the same time; each slot has its own KV cache.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub slots: u32,
+    /// TOTAL context in tokens, split evenly across the slots (each slot gets ctx / slots).
+    /// Default: 4096 per slot, at most the model's training context.
+    #[arg(long = "ctx")]
+    pub ctx: Option<usize>,
+    /// Worker threads of the forward passes (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Requests that may wait for a free slot; beyond that the server answers 503.
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Require `Authorization: Bearer KEY` on the API routes (/health and /metrics stay open).
+    /// Default: the MINFER_API_KEY environment variable, if set.
+    #[arg(long = "api-key")]
+    pub api_key: Option<String>,
+    /// Longest a request may take, queue wait included, in seconds (0: no limit); past it the
+    /// generation stops and the request gets a 504 (or an error event in a stream).
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Model id reported by /v1/models and in responses (default: the file name without .gguf).
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Prefill chunk in tokens: long prompts are evaluated in pieces so that other slots keep
+    /// generating between them.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub ubatch: u32,
+    /// Backends allowed to run nodes, comma-separated (cpu, metal, cuda).
+    #[arg(long = "backend")]
+    pub backend: Option<String>,
+}
+
+pub fn run(a: ServeArgs) -> Result<(), CliError> {
+    if a.ctx.is_some_and(|c| c < a.slots as usize) {
+        return Err(CliError::Usage("--ctx is the total context: it must give every slot at least one token"));
+    }
+    let api_key = a.api_key.or_else(|| std::env::var("MINFER_API_KEY").ok()).filter(|k| !k.is_empty());
+    let cfg = ServeConfig {
+        model: a.model,
+        host: a.host,
+        port: a.port,
+        slots: a.slots as usize,
+        ctx_total: a.ctx,
+        threads: a.threads.unwrap_or_else(default_threads).max(1),
+        queue: a.queue,
+        api_key,
+        timeout_secs: a.timeout,
+        alias: a.alias,
+        ubatch: a.ubatch as usize,
+        backends: a.backend,
+        inject_panic: std::env::var("MINFER_INJECT_PANIC").ok().filter(|s| !s.is_empty()),
+    };
+    Ok(serve(cfg)?)
+}

@@ -1,0 +1,169 @@
+//! Errors a request can end with, answered in the OpenAI shape
+//! `{"error": {"message", "type", "param", "code"}}`.
+//!
+//! No variant carries unbounded client input: parameter names are the API's own (or index
+//! paths built from them), and anything else taken from a request is cut by [`bounded`].
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value as Json, json};
+
+/// At most this many characters of client input appear in an error message.
+pub const ECHO_LIMIT: usize = 64;
+
+/// `s` cut to [`ECHO_LIMIT`] characters (with `…` when cut), for echoing client input.
+pub fn bounded(s: &str) -> String {
+    bounded_to(s, ECHO_LIMIT)
+}
+
+/// `s` cut to `limit` characters (with `…` when cut).
+pub fn bounded_to(s: &str, limit: usize) -> String {
+    match s.char_indices().nth(limit) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not JSON (serde_json's message names the line and column, never the text).
+    #[error("the request body is not valid JSON: {0}")]
+    MalformedJson(String),
+    #[error("the request body must be a JSON object")]
+    NotAnObject,
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    /// A parameter of the wrong type, out of range, missing or not supported.
+    #[error("'{param}' {why}")]
+    BadParam { param: String, why: String },
+    #[error(
+        "the request exceeds the available context size: {n_prompt_tokens} prompt tokens, but a slot holds {n_ctx} tokens"
+    )]
+    ExceedContext { n_prompt_tokens: usize, n_ctx: usize },
+    #[error("invalid or missing API key (send 'Authorization: Bearer KEY')")]
+    Unauthorized,
+    #[error("no such route: {method} {path}")]
+    NotFound { method: String, path: String },
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    #[error("the server is busy: {slots} slots busy and {queued} requests queued (queue limit {queue}); retry later")]
+    QueueFull { slots: usize, queued: usize, queue: usize },
+    #[error("the model is loading")]
+    Loading,
+    #[error("the request took longer than the server's --timeout of {secs} s")]
+    Timeout { secs: u64 },
+    /// A real fault inside the server: an inference error or a caught panic.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn param(param: impl Into<String>, why: impl Into<String>) -> ApiError {
+        ApiError::BadParam { param: param.into(), why: why.into() }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::MalformedJson(_) | ApiError::NotAnObject | ApiError::BadParam { .. } | ApiError::ExceedContext { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::QueueFull { .. } | ApiError::Loading => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The OpenAI `type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::MalformedJson(_)
+            | ApiError::NotAnObject
+            | ApiError::BodyTooLarge { .. }
+            | ApiError::BadParam { .. }
+            | ApiError::MethodNotAllowed { .. } => "invalid_request_error",
+            ApiError::ExceedContext { .. } => "exceed_context_size_error",
+            ApiError::Unauthorized => "authentication_error",
+            ApiError::NotFound { .. } => "not_found_error",
+            ApiError::QueueFull { .. } | ApiError::Loading => "unavailable_error",
+            ApiError::Timeout { .. } => "timeout_error",
+            ApiError::Internal(_) => "server_error",
+        }
+    }
+
+    /// The `error` object.
+    pub fn to_json(&self) -> Json {
+        let param = match self {
+            ApiError::BadParam { param, .. } => Json::String(param.clone()),
+            _ => Json::Null,
+        };
+        let code = match self {
+            ApiError::Unauthorized => json!("invalid_api_key"),
+            ApiError::ExceedContext { .. } => json!("context_length_exceeded"),
+            ApiError::QueueFull { .. } => json!("server_busy"),
+            _ => Json::Null,
+        };
+        let mut err = json!({"message": self.to_string(), "type": self.kind(), "param": param, "code": code});
+        if let ApiError::ExceedContext { n_prompt_tokens, n_ctx } = self {
+            err["n_prompt_tokens"] = json!(n_prompt_tokens);
+            err["n_ctx"] = json!(n_ctx);
+        }
+        json!({ "error": err })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status(), axum::Json(self.to_json())).into_response();
+        if matches!(self, ApiError::QueueFull { .. } | ApiError::Loading) {
+            r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        }
+        r
+    }
+}
+
+/// Why `minfer serve` could not start or stopped (one line on stderr, non-zero exit).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("server error: {0}")]
+    Io(std::io::Error),
+    #[error("cannot load {path}: {reason}")]
+    Load { path: String, reason: String },
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Engine(#[from] crate::generate::EngineError),
+    #[error("cannot start the inference thread: {0}")]
+    Thread(std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_cuts_long_input_on_a_char_boundary() {
+        assert_eq!(bounded("short"), "short");
+        let long = "é".repeat(1000);
+        let b = bounded(&long);
+        assert_eq!(b.chars().count(), ECHO_LIMIT + 1);
+        assert!(b.ends_with('…'));
+    }
+
+    #[test]
+    fn exceed_context_carries_the_counts() {
+        let e = ApiError::ExceedContext { n_prompt_tokens: 5000, n_ctx: 4096 };
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        let j = e.to_json();
+        assert_eq!(j["error"]["type"], "exceed_context_size_error");
+        assert_eq!(j["error"]["n_prompt_tokens"], 5000);
+        assert_eq!(j["error"]["n_ctx"], 4096);
+    }
+}

@@ -1,0 +1,148 @@
+//! Server counters, exported at `GET /metrics` in the Prometheus text format.
+//!
+//! Requests are counted by their HTTP status when the response (or, for a stream, its
+//! header) is sent; tokens and seconds are counted by the inference thread as each forward
+//! pass completes, so they include work for clients that went away.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    by_status: Mutex<BTreeMap<u16, u64>>,
+    prompt_tokens: AtomicU64,
+    generated_tokens: AtomicU64,
+    /// Nanoseconds of prefill and decode forward passes.
+    prompt_nanos: AtomicU64,
+    gen_nanos: AtomicU64,
+    /// Requests admitted and waiting for a slot.
+    queued: AtomicUsize,
+    busy_slots: AtomicUsize,
+    /// Generations stopped because their client went away.
+    cancelled: AtomicU64,
+    /// Panics caught inside inference.
+    panics: AtomicU64,
+    timeouts: AtomicU64,
+    n_slots: AtomicUsize,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Metrics {
+    pub fn request(&self, status: u16) {
+        let mut m = self.by_status.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry(status).or_default() += 1;
+    }
+
+    pub fn prompt(&self, tokens: usize, secs: f64) {
+        add(&self.prompt_tokens, tokens as u64);
+        add(&self.prompt_nanos, (secs * 1e9) as u64);
+    }
+
+    pub fn generated(&self, tokens: usize, secs: f64) {
+        add(&self.generated_tokens, tokens as u64);
+        add(&self.gen_nanos, (secs * 1e9) as u64);
+    }
+
+    pub fn queued_add(&self) {
+        self.queued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn queued_sub(&self) {
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    pub fn set_busy(&self, n: usize) {
+        self.busy_slots.store(n, Ordering::Relaxed);
+    }
+
+    pub fn set_slots(&self, n: usize) {
+        self.n_slots.store(n, Ordering::Relaxed);
+    }
+
+    pub fn cancelled(&self) {
+        add(&self.cancelled, 1);
+    }
+
+    pub fn panicked(&self) {
+        add(&self.panics, 1);
+    }
+
+    pub fn timed_out(&self) {
+        add(&self.timeouts, 1);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let secs = |c: &AtomicU64| load(c) as f64 / 1e9;
+        let rate = |n: &AtomicU64, t: &AtomicU64| if load(t) > 0 { load(n) as f64 / secs(t) } else { 0.0 };
+        let mut s = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, String)]| {
+            let _ = writeln!(s, "# HELP minfer_{name} {help}\n# TYPE minfer_{name} {kind}");
+            for (labels, value) in samples {
+                let _ = writeln!(s, "minfer_{name}{labels} {value}");
+            }
+        };
+        let one = |v: String| vec![(String::new(), v)];
+        let by_status: Vec<(String, String)> = self
+            .by_status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(code, n)| (format!("{{status=\"{code}\"}}"), n.to_string()))
+            .collect();
+        metric("requests_total", "counter", "HTTP requests answered, by status.", &by_status);
+        metric("prompt_tokens_total", "counter", "Prompt tokens evaluated.", &one(load(&self.prompt_tokens).to_string()));
+        metric("generated_tokens_total", "counter", "Tokens generated.", &one(load(&self.generated_tokens).to_string()));
+        metric("prompt_seconds_total", "counter", "Time spent evaluating prompts.", &one(format!("{:.6}", secs(&self.prompt_nanos))));
+        metric("generation_seconds_total", "counter", "Time spent generating tokens.", &one(format!("{:.6}", secs(&self.gen_nanos))));
+        metric(
+            "prompt_tokens_per_second",
+            "gauge",
+            "Prompt tokens per second of prefill time, since start.",
+            &one(format!("{:.3}", rate(&self.prompt_tokens, &self.prompt_nanos))),
+        );
+        metric(
+            "generated_tokens_per_second",
+            "gauge",
+            "Generated tokens per second of decode time, since start.",
+            &one(format!("{:.3}", rate(&self.generated_tokens, &self.gen_nanos))),
+        );
+        metric("queue_depth", "gauge", "Requests waiting for a slot.", &one(self.queued().to_string()));
+        metric("slots_busy", "gauge", "Slots generating.", &one(self.busy_slots.load(Ordering::Relaxed).to_string()));
+        metric("slots_total", "gauge", "Slots.", &one(self.n_slots.load(Ordering::Relaxed).to_string()));
+        metric("cancelled_total", "counter", "Generations stopped because the client went away.", &one(load(&self.cancelled).to_string()));
+        metric("timeouts_total", "counter", "Requests stopped by --timeout.", &one(load(&self.timeouts).to_string()));
+        metric("panics_total", "counter", "Panics caught inside inference.", &one(load(&self.panics).to_string()));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_rates() {
+        let m = Metrics::default();
+        m.request(200);
+        m.request(200);
+        m.request(503);
+        m.generated(10, 0.5);
+        let text = m.render();
+        assert!(text.contains("minfer_requests_total{status=\"200\"} 2\n"), "{text}");
+        assert!(text.contains("minfer_requests_total{status=\"503\"} 1\n"));
+        assert!(text.contains("minfer_generated_tokens_total 10\n"));
+        assert!(text.contains("minfer_generated_tokens_per_second 20.000\n"));
+        assert!(text.contains("# TYPE minfer_queue_depth gauge\n"));
+    }
+}

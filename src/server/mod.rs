@@ -1,0 +1,112 @@
+//! `minfer serve`: an OpenAI-compatible HTTP server (axum on tokio).
+//!
+//! - [`state`]: settings ([`ServeConfig`]), the loaded model, shared counters;
+//! - [`routes`]: the router, API key, request counting, `/health`, `/metrics`, `/v1/models`,
+//!   `/tokenize`, `/detokenize`, 404/405;
+//! - [`openai`]: `/v1/chat/completions` and `/v1/completions`; [`request`] reads their
+//!   bodies ([`fields`] has the typed reads), [`response`] and [`stream`] write them;
+//! - [`admission`]: the bound on requests inside the server (`--slots` + `--queue`);
+//! - [`scheduler`]: the inference thread, which interleaves the [`slot`]s' forward passes;
+//! - [`metrics`]: the Prometheus counters; [`error`]: errors in the OpenAI shape.
+//!
+//! The listener is up before the model is loaded: `/health` answers 503 until it is.
+
+pub mod admission;
+pub mod error;
+pub mod fields;
+pub mod metrics;
+pub mod openai;
+pub mod request;
+pub mod response;
+pub mod routes;
+pub mod scheduler;
+pub mod slot;
+pub mod state;
+pub mod stream;
+
+pub use error::{ApiError, ServeError};
+pub use state::{AppState, ServeConfig};
+
+/// Runs the server until Ctrl-C / SIGTERM, or until the model fails to load.
+pub fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("minfer-http")
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    rt.block_on(run(cfg))
+}
+
+async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
+    let st = AppState::new(cfg);
+    let file = st.open_model()?;
+    let addr = format!("{}:{}", st.cfg.host, st.cfg.port);
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
+    let local = listener.local_addr().map_err(ServeError::Io)?;
+    eprintln!("minfer serve: listening on http://{local} (loading {})", st.cfg.model.display());
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<ServeError>();
+    let loader = st.clone();
+    tokio::task::spawn_blocking(move || match loader.load(file) {
+        Ok(()) => {
+            let m = loader.loaded.get().map(|m| (m.model_id.clone(), m.n_ctx_slot));
+            if let Some((id, n_ctx)) = m {
+                eprintln!(
+                    "minfer serve: model {id} ready: {} slots x {n_ctx} tokens of context, {} threads",
+                    loader.cfg.slots, loader.cfg.threads
+                );
+            }
+        }
+        Err(e) => {
+            let _ = failed_tx.send(e);
+        }
+    });
+    let app = routes::router(st);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop_rx.await;
+    });
+    let server = tokio::spawn(async move { server.await });
+    // The sender is dropped without a message when the model loads.
+    let load_failed = async {
+        match failed_rx.await {
+            Ok(e) => e,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let outcome = tokio::select! {
+        e = load_failed => Some(e),
+        _ = shutdown_signal() => None,
+    };
+    let _ = stop_tx.send(());
+    // In-flight streams could hold the graceful shutdown open; do not wait for them long.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), server).await;
+    match outcome {
+        Some(e) => Err(e),
+        None => {
+            eprintln!("minfer serve: stopped");
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,165 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`.
+//!
+//! Order of work per request: admission (503 when full, before anything is parsed or
+//! tokenized), the body, the prompt (template render and tokenization off the async runtime),
+//! the context check (400 `exceed_context_size_error`, also for streams: nothing is sent
+//! before the first result), then the request goes to the inference thread. A stream's
+//! status line waits for the first event, so an error in prefill is still a plain error
+//! response.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json as AxJson;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::mpsc::unbounded_channel;
+
+use super::admission::Ticket;
+use super::error::{ApiError, bounded_to};
+use super::fields::parse_object;
+use super::request::{GenOptions, Prompt, chat_request, completion_request};
+use super::response::{Api, Logprobs, Meta, new_id};
+use super::slot::{Event, Job};
+use super::state::{AppState, Loaded, unix_now};
+use super::stream::EventStream;
+use crate::generate::GenerateParams;
+use crate::tokenizer::Tokenizer;
+
+/// Longest template error message passed back (it may quote the conversation).
+const TEMPLATE_ERROR_LIMIT: usize = 200;
+
+/// The body, or the reason it could not be read.
+pub fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| match e {
+        BytesRejection::FailedToBufferBody(_) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::BodyTooLarge { limit: super::routes::BODY_LIMIT }
+        }
+        other => ApiError::MalformedJson(other.body_text()),
+    })
+}
+
+/// What a request becomes before it reaches a slot.
+struct Prepared {
+    ids: Vec<u32>,
+    /// The prompt as text (for the fault-injection lever and completions' `echo`).
+    text: String,
+    echo: bool,
+    opts: GenOptions,
+}
+
+/// Token ids of a prompt text, as `minfer run` makes them: BOS when the model asks for one.
+fn encode(tok: &Tokenizer, text: &str, parse_special: bool) -> Vec<u32> {
+    let mut ids = Vec::new();
+    if tok.add_bos() {
+        ids.extend(tok.bos_id());
+    }
+    ids.extend(tok.encode(text, parse_special));
+    ids
+}
+
+/// Runs blocking work (template render, tokenization) off the async runtime.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::Internal(format!("prompt preparation failed: {e}")))?
+}
+
+pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let r = async {
+        let m = st.model()?;
+        let ticket = st.admission.try_admit()?;
+        let req = chat_request(&parse_object(&body_bytes(body)?)?, m.n_vocab)?;
+        let template = m.template.clone().ok_or_else(|| {
+            ApiError::param("messages", "this model has no chat template; use /v1/completions with a formatted prompt")
+        })?;
+        let opts = m.render_options(req.tools, req.template_kwargs);
+        let tok = m.tok.clone();
+        let messages = req.messages;
+        let (ids, text) = blocking(move || {
+            let text = template
+                .render(&messages, &opts)
+                .map_err(|e| ApiError::param("messages", format!("the chat template refused them: {}", bounded_to(&e.to_string(), TEMPLATE_ERROR_LIMIT))))?;
+            Ok((encode(&tok, &text, true), text))
+        })
+        .await?;
+        generate(&st, m, ticket, Prepared { ids, text, echo: false, opts: req.opts }, Api::Chat).await
+    };
+    r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    let r = async {
+        let m = st.model()?;
+        let ticket = st.admission.try_admit()?;
+        let req = completion_request(&parse_object(&body_bytes(body)?)?, m.n_vocab)?;
+        let tok = m.tok.clone();
+        let (ids, text) = blocking(move || {
+            Ok(match req.prompt {
+                // llama-server parses special tokens in a text prompt.
+                Prompt::Text(t) => (encode(&tok, &t, true), t),
+                Prompt::Ids(ids) => {
+                    let text = tok.decode(&ids).map_err(|e| ApiError::param("prompt", e.to_string()))?;
+                    (ids, text)
+                }
+            })
+        })
+        .await?;
+        generate(&st, m, ticket, Prepared { ids, text, echo: req.echo, opts: req.opts }, Api::Completion).await
+    };
+    r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: Api) -> Result<Response, ApiError> {
+    if p.ids.len() > m.n_ctx_slot {
+        return Err(ApiError::ExceedContext { n_prompt_tokens: p.ids.len(), n_ctx: m.n_ctx_slot });
+    }
+    let timeout = st.cfg.timeout_secs;
+    let params = GenerateParams {
+        max_tokens: p.opts.max_tokens.unwrap_or(m.n_ctx_slot),
+        sampler: p.opts.sampler.clone(),
+        stop: p.opts.stop.clone(),
+        ubatch: Some(st.cfg.ubatch),
+        n_probs: p.opts.n_probs,
+    };
+    let (tx, mut rx) = unbounded_channel();
+    let inject_panic = st.cfg.inject_panic.as_deref().is_some_and(|s| p.text.contains(s));
+    m.inference.submit(Job {
+        prompt: p.ids,
+        params,
+        events: tx,
+        deadline: (timeout > 0).then(|| Instant::now() + Duration::from_secs(timeout)),
+        timeout_secs: timeout,
+        inject_panic,
+        ticket,
+    })?;
+    let meta = Meta { id: new_id(api), created: unix_now(), model: m.model_id.clone(), api };
+    let prefix = if p.echo { p.text } else { String::new() };
+    if p.opts.stream {
+        // Nothing is sent before the first event: an error in prefill is a plain response.
+        let first = rx.recv().await.ok_or_else(|| ApiError::Internal("the generation ended without a result".into()))?;
+        if let Event::Failed(e) = first {
+            return Err(e);
+        }
+        let mut s = EventStream::new(rx, m.tok.clone(), meta, p.opts.include_usage, &prefix);
+        s.push(first);
+        return Ok(s.into_response());
+    }
+    let mut text = prefix;
+    let mut logprobs = Logprobs::default();
+    let offset0 = text.len();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Token(t) => {
+                text.push_str(&t.text);
+                logprobs.push(&m.tok, &t);
+            }
+            Event::Done(f) => {
+                let lp = p.opts.n_probs.map(|_| logprobs.to_json(&m.tok, api, offset0));
+                return Ok(AxJson(meta.complete(&text, lp, &f)).into_response());
+            }
+            Event::Failed(e) => return Err(e),
+        }
+    }
+    Err(ApiError::Internal("the generation ended without a result".into()))
+}

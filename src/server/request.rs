@@ -1,0 +1,348 @@
+//! The bodies of `/v1/chat/completions` and `/v1/completions`, read into typed requests.
+//!
+//! Unknown fields are ignored (OpenAI clients send `user`, `metadata`, ...), as llama-server
+//! does; a known field with a wrong type or an out-of-range value, or a value minfer cannot
+//! honour (`n` > 1, `response_format` json), is a 400 naming the parameter.
+
+use serde_json::{Map, Value as Json};
+
+use super::error::ApiError;
+use super::fields::{Fields, kind_of};
+use crate::chat::ChatMessage;
+use crate::generate::SamplerParams;
+
+/// Most stop strings a request may give.
+pub const MAX_STOPS: usize = 16;
+/// Most alternatives `top_logprobs` / `logprobs` may ask for.
+pub const MAX_TOP_LOGPROBS: i64 = 20;
+
+/// What both endpoints share: sampling, limits, streaming.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenOptions {
+    /// `max_completion_tokens` or `max_tokens`; `None`: until the slot's context is full.
+    pub max_tokens: Option<usize>,
+    pub sampler: SamplerParams,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    /// `stream_options.include_usage`: a last chunk with the usage.
+    pub include_usage: bool,
+    /// Log-probabilities of each token and of this many alternatives.
+    pub n_probs: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatCompletionRequest {
+    pub messages: Vec<ChatMessage>,
+    pub tools: Option<Json>,
+    /// `chat_template_kwargs` (llama-server's extension): extra template variables.
+    pub template_kwargs: Map<String, Json>,
+    pub opts: GenOptions,
+}
+
+/// A completion prompt: text (tokenized with special tokens parsed, as llama-server does) or
+/// token ids.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletionRequest {
+    pub prompt: Prompt,
+    /// Put the prompt's text before the completion.
+    pub echo: bool,
+    pub opts: GenOptions,
+}
+
+/// Which `logprobs` convention a body follows.
+#[derive(Clone, Copy)]
+enum LogprobsStyle {
+    /// Chat: `logprobs: bool`, `top_logprobs: int`.
+    Chat,
+    /// Completions: `logprobs: int` (the number of alternatives).
+    Legacy,
+}
+
+/// A seed for requests without one: different for every request.
+fn fresh_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    // splitmix64 of time and a counter
+    let mut z = nanos ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn logit_bias(f: &Fields, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(m) = f.object("logit_bias")? else { return Ok(Vec::new()) };
+    let mut out = Vec::with_capacity(m.len());
+    for (key, v) in m {
+        let id = key
+            .parse::<u32>()
+            .ok()
+            .filter(|&id| (id as usize) < n_vocab)
+            .ok_or_else(|| ApiError::param("logit_bias", format!("keys must be token ids below {n_vocab}")))?;
+        let bias = v
+            .as_f64()
+            .filter(|b| (-100.0..=100.0).contains(b))
+            .ok_or_else(|| ApiError::param("logit_bias", "values must be numbers between -100 and 100"))?;
+        // As in OpenAI's API, -100 bans the token.
+        out.push((id, if bias <= -100.0 { f32::NEG_INFINITY } else { bias as f32 }));
+    }
+    Ok(out)
+}
+
+fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOptions, ApiError> {
+    if f.get("n").is_some_and(|n| n.as_i64() != Some(1)) {
+        return Err(ApiError::param("n", "must be 1: one choice per request is supported"));
+    }
+    let max_tokens = match f.int_in("max_completion_tokens", 1, i64::from(u32::MAX))? {
+        Some(n) => Some(n),
+        None => f.int_in("max_tokens", 1, i64::from(u32::MAX))?,
+    };
+    let d = SamplerParams::default();
+    let sampler = SamplerParams {
+        temperature: f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(d.temperature),
+        top_k: f.int_in("top_k", 0, i64::from(u32::MAX))?.map_or(d.top_k, |k| k as usize),
+        top_p: f.f32_in("top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
+        min_p: f.f32_in("min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
+        repeat_penalty: f.f32_in("repeat_penalty", 0.0, 10.0)?.unwrap_or(d.repeat_penalty),
+        presence_penalty: f.f32_in("presence_penalty", -2.0, 2.0)?.unwrap_or(d.presence_penalty),
+        frequency_penalty: f.f32_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(d.frequency_penalty),
+        penalty_last_n: f.int_in("repeat_last_n", 0, i64::from(u32::MAX))?.map_or(d.penalty_last_n, |n| n as usize),
+        seed: f.int_in("seed", i64::MIN, i64::MAX)?.map_or_else(fresh_seed, |s| s as u64),
+        logit_bias: logit_bias(f, n_vocab)?,
+    };
+    if sampler.repeat_penalty == 0.0 {
+        return Err(ApiError::param("repeat_penalty", "must be greater than 0"));
+    }
+    // A ban (-inf) is fine; validate() refuses NaN and +inf, which the reader cannot produce.
+    sampler.validate().map_err(|e| ApiError::param("sampling", e.to_string()))?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = match f.object("stream_options")? {
+        None => false,
+        Some(_) if !stream => return Err(ApiError::param("stream_options", "is only allowed when 'stream' is true")),
+        Some(o) => Fields::new(o).bool("include_usage").map_err(|_| ApiError::param("stream_options.include_usage", "must be a boolean"))?.unwrap_or(false),
+    };
+    let n_probs = match style {
+        LogprobsStyle::Chat => {
+            let on = f.bool("logprobs")?.unwrap_or(false);
+            let top = f.int_in("top_logprobs", 0, MAX_TOP_LOGPROBS)?;
+            match (on, top) {
+                (false, Some(_)) => return Err(ApiError::param("top_logprobs", "requires 'logprobs' to be true")),
+                (false, None) => None,
+                (true, top) => Some(top.unwrap_or(0) as usize),
+            }
+        }
+        LogprobsStyle::Legacy => f.int_in("logprobs", 0, MAX_TOP_LOGPROBS)?.map(|n| n as usize),
+    };
+    Ok(GenOptions {
+        max_tokens: max_tokens.map(|n| n as usize),
+        sampler,
+        stop: f.strings("stop", MAX_STOPS)?,
+        stream,
+        include_usage,
+        n_probs,
+    })
+}
+
+const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+/// One message, its content normalized to a string (text parts joined by newlines) or null.
+fn message(i: usize, v: &Json) -> Result<ChatMessage, ApiError> {
+    let at = |field: &str| format!("messages[{i}].{field}");
+    let Json::Object(m) = v else {
+        return Err(ApiError::param(format!("messages[{i}]"), format!("must be an object, got {}", kind_of(v))));
+    };
+    let f = Fields::new(m);
+    let role = f.str("role").map_err(|_| ApiError::param(at("role"), "must be a string"))?;
+    let role = role.ok_or_else(|| ApiError::param(at("role"), "is required"))?;
+    if !ROLES.contains(&role) {
+        return Err(ApiError::param(at("role"), format!("must be one of {}", ROLES.join(", "))));
+    }
+    let mut msg: ChatMessage =
+        serde_json::from_value(v.clone()).map_err(|_| ApiError::param(format!("messages[{i}]"), "is not a valid message"))?;
+    if role == "developer" {
+        // OpenAI's newer name for the system role; chat templates know "system".
+        msg.role = "system".into();
+    }
+    msg.content = match m.get("content") {
+        None | Some(Json::Null) if role == "assistant" && f.get("tool_calls").is_some() => Some(Json::Null),
+        None | Some(Json::Null) => return Err(ApiError::param(at("content"), "is required")),
+        Some(Json::String(s)) => Some(Json::String(s.clone())),
+        Some(Json::Array(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, part) in parts.iter().enumerate() {
+                let p = part.as_object().map(Fields::new);
+                match (p.as_ref().map(|p| p.str("type")), p.as_ref().map(|p| p.str("text"))) {
+                    (Some(Ok(Some("text"))), Some(Ok(Some(t)))) => texts.push(t.to_string()),
+                    _ => {
+                        return Err(ApiError::param(
+                            format!("messages[{i}].content[{j}]"),
+                            "must be a text part {\"type\": \"text\", \"text\": ...}; other part types are not supported",
+                        ));
+                    }
+                }
+            }
+            Some(Json::String(texts.join("\n")))
+        }
+        Some(other) => return Err(ApiError::param(at("content"), format!("must be a string or an array of parts, got {}", kind_of(other)))),
+    };
+    Ok(msg)
+}
+
+pub fn chat_request(body: &Map<String, Json>, n_vocab: usize) -> Result<ChatCompletionRequest, ApiError> {
+    let f = Fields::new(body);
+    let messages = match f.get("messages") {
+        None => return Err(ApiError::param("messages", "is required")),
+        Some(Json::Array(items)) if items.is_empty() => return Err(ApiError::param("messages", "must not be empty")),
+        Some(Json::Array(items)) => items.iter().enumerate().map(|(i, m)| message(i, m)).collect::<Result<Vec<_>, _>>()?,
+        Some(v) => return Err(ApiError::param("messages", format!("must be an array, got {}", kind_of(v)))),
+    };
+    let mut tools = match f.get("tools") {
+        None => None,
+        Some(Json::Array(items)) if items.iter().all(Json::is_object) => Some(Json::Array(items.clone())),
+        Some(_) => return Err(ApiError::param("tools", "must be an array of tool objects")),
+    };
+    match f.get("tool_choice") {
+        None => {}
+        Some(Json::String(s)) if s == "auto" => {}
+        Some(Json::String(s)) if s == "none" => tools = None,
+        Some(_) => return Err(ApiError::param("tool_choice", "must be \"auto\" or \"none\" (forcing a tool call is not supported)")),
+    }
+    if f.object("response_format")?.is_some_and(|rf| Fields::new(rf).str("type").ok().flatten() != Some("text")) {
+        return Err(ApiError::param("response_format", "must be {\"type\": \"text\"} (structured output is not supported)"));
+    }
+    let template_kwargs = f.object("chat_template_kwargs")?.cloned().unwrap_or_default();
+    Ok(ChatCompletionRequest { messages, tools, template_kwargs, opts: gen_options(&f, LogprobsStyle::Chat, n_vocab)? })
+}
+
+/// Token ids below `n_vocab`; an error names the offending index of `param`.
+pub fn token_ids(param: &str, items: &[Json], n_vocab: usize) -> Result<Vec<u32>, ApiError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_u64() {
+            Some(id) if (id as usize) < n_vocab => Ok(id as u32),
+            Some(id) => Err(ApiError::param(format!("{param}[{i}]"), format!("token id {id} is not below the vocabulary size {n_vocab}"))),
+            None => Err(ApiError::param(format!("{param}[{i}]"), format!("must be a token id (an integer >= 0), got {}", kind_of(v)))),
+        })
+        .collect()
+}
+
+pub fn completion_request(body: &Map<String, Json>, n_vocab: usize) -> Result<CompletionRequest, ApiError> {
+    let f = Fields::new(body);
+    let one = "must be a string, an array of token ids, or a list holding one of those";
+    let prompt = match f.get("prompt") {
+        None => return Err(ApiError::param("prompt", "is required")),
+        Some(Json::String(s)) => Prompt::Text(s.clone()),
+        Some(Json::Array(items)) => match items.first() {
+            None => return Err(ApiError::param("prompt", "must not be empty")),
+            Some(Json::Number(_)) => Prompt::Ids(token_ids("prompt", items, n_vocab)?),
+            Some(_) if items.len() > 1 => return Err(ApiError::param("prompt", "must hold one prompt: batches of prompts are not supported")),
+            Some(Json::String(s)) => Prompt::Text(s.clone()),
+            Some(Json::Array(ids)) => Prompt::Ids(token_ids("prompt[0]", ids, n_vocab)?),
+            Some(_) => return Err(ApiError::param("prompt", one)),
+        },
+        Some(_) => return Err(ApiError::param("prompt", one)),
+    };
+    if matches!(&prompt, Prompt::Text(s) if s.is_empty()) || matches!(&prompt, Prompt::Ids(ids) if ids.is_empty()) {
+        return Err(ApiError::param("prompt", "must not be empty"));
+    }
+    if f.get("best_of").is_some_and(|b| b.as_i64() != Some(1)) {
+        return Err(ApiError::param("best_of", "must be 1: one candidate per request is supported"));
+    }
+    if f.str("suffix")?.is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::param("suffix", "is not supported"));
+    }
+    let echo = f.bool("echo")?.unwrap_or(false);
+    let opts = gen_options(&f, LogprobsStyle::Legacy, n_vocab)?;
+    if echo && opts.n_probs.is_some() {
+        return Err(ApiError::param("echo", "cannot be combined with 'logprobs' (prompt log-probabilities are not computed)"));
+    }
+    Ok(CompletionRequest { prompt, echo, opts })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn chat(v: Json) -> Result<ChatCompletionRequest, ApiError> {
+        chat_request(v.as_object().unwrap(), 1000)
+    }
+
+    fn param_of(e: ApiError) -> String {
+        match e {
+            ApiError::BadParam { param, .. } => param,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn chat_reads_the_openai_fields() {
+        let r = chat(json!({
+            "model": "x", "user": "ignored",
+            "messages": [{"role": "developer", "content": "be brief"},
+                         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+            "temperature": 0.5, "top_p": 0.9, "max_tokens": 7, "stop": "END", "seed": 3,
+            "stream": true, "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2,
+            "logit_bias": {"5": -100, "6": 2.5}
+        }))
+        .unwrap();
+        assert_eq!(r.messages[0].role, "system");
+        assert_eq!(r.messages[1].content, Some(json!("a\nb")));
+        assert_eq!(r.opts.max_tokens, Some(7));
+        assert_eq!(r.opts.stop, vec!["END"]);
+        assert_eq!(r.opts.sampler.seed, 3);
+        assert_eq!(r.opts.sampler.temperature, 0.5);
+        assert!(r.opts.stream && r.opts.include_usage);
+        assert_eq!(r.opts.n_probs, Some(2));
+        assert_eq!(r.opts.sampler.logit_bias, vec![(5, f32::NEG_INFINITY), (6, 2.5)]);
+    }
+
+    #[test]
+    fn chat_errors_name_the_parameter() {
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        let cases = [
+            (json!({}), "messages"),
+            (json!({"messages": []}), "messages"),
+            (json!({"messages": [{"role": "wizard", "content": "x"}]}), "messages[0].role"),
+            (json!({"messages": [{"role": "user"}]}), "messages[0].content"),
+            (json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}), "messages[0].content[0]"),
+            (json!({"messages": msgs, "temperature": "hot"}), "temperature"),
+            (json!({"messages": msgs, "temperature": 9}), "temperature"),
+            (json!({"messages": msgs, "n": 2}), "n"),
+            (json!({"messages": msgs, "max_tokens": 0}), "max_tokens"),
+            (json!({"messages": msgs, "max_completion_tokens": -5}), "max_completion_tokens"),
+            (json!({"messages": msgs, "stream_options": {"include_usage": true}}), "stream_options"),
+            (json!({"messages": msgs, "top_logprobs": 3}), "top_logprobs"),
+            (json!({"messages": msgs, "logprobs": true, "top_logprobs": 50}), "top_logprobs"),
+            (json!({"messages": msgs, "stop": [1]}), "stop[0]"),
+            (json!({"messages": msgs, "logit_bias": {"99999": 1}}), "logit_bias"),
+            (json!({"messages": msgs, "response_format": {"type": "json_object"}}), "response_format"),
+            (json!({"messages": msgs, "presence_penalty": 3}), "presence_penalty"),
+        ];
+        for (body, param) in cases {
+            assert_eq!(param_of(chat(body.clone()).unwrap_err()), param, "{body}");
+        }
+    }
+
+    #[test]
+    fn completion_prompts() {
+        let c = |v: Json| completion_request(v.as_object().unwrap(), 1000);
+        assert_eq!(c(json!({"prompt": "hi"})).unwrap().prompt, Prompt::Text("hi".into()));
+        assert_eq!(c(json!({"prompt": [1, 2]})).unwrap().prompt, Prompt::Ids(vec![1, 2]));
+        assert_eq!(c(json!({"prompt": [[3]]})).unwrap().prompt, Prompt::Ids(vec![3]));
+        assert_eq!(c(json!({"prompt": ["x"]})).unwrap().prompt, Prompt::Text("x".into()));
+        assert_eq!(param_of(c(json!({"prompt": [1, 1000]})).unwrap_err()), "prompt[1]");
+        assert_eq!(param_of(c(json!({"prompt": [1, -1]})).unwrap_err()), "prompt[1]");
+        assert_eq!(param_of(c(json!({"prompt": ["a", "b"]})).unwrap_err()), "prompt");
+        assert_eq!(param_of(c(json!({"prompt": ""})).unwrap_err()), "prompt");
+        assert_eq!(param_of(c(json!({"prompt": "x", "logprobs": 2, "echo": true})).unwrap_err()), "echo");
+        assert_eq!(c(json!({"prompt": "x", "logprobs": 2})).unwrap().opts.n_probs, Some(2));
+    }
+}

@@ -1,0 +1,202 @@
+//! The JSON shapes of OpenAI responses: whole (`chat.completion`, `text_completion`) and
+//! streamed (`chat.completion.chunk`, `text_completion` chunks), with usage and logprobs.
+
+use serde_json::{Value as Json, json};
+
+use super::slot::{Finished, TokenEvent};
+use crate::generate::TokenLogprobs;
+use crate::tokenizer::Tokenizer;
+
+/// Which endpoint a response belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Completion,
+}
+
+/// What every object or chunk of one response repeats.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub api: Api,
+}
+
+/// OpenAI's stand-in for the log-probability of an impossible token (JSON has no -inf).
+const LOGPROB_FLOOR: f32 = -9999.0;
+
+fn lp(x: f32) -> f32 {
+    if x.is_finite() { x.max(LOGPROB_FLOOR) } else { LOGPROB_FLOOR }
+}
+
+/// A token's text (invalid UTF-8 replaced) and its bytes.
+fn piece(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
+    let bytes = tok.token_bytes(id).map(<[u8]>::to_vec).unwrap_or_default();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// A new response id: `chatcmpl-…` or `cmpl-…`, unique within the process.
+pub fn new_id(api: Api) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let prefix = if api == Api::Chat { "chatcmpl" } else { "cmpl" };
+    format!("{prefix}-{:x}{:04x}", nanos, N.fetch_add(1, Ordering::Relaxed) & 0xffff)
+}
+
+/// Log-probabilities of the generated tokens, in the endpoint's convention.
+#[derive(Debug, Default)]
+pub struct Logprobs {
+    items: Vec<TokenLogprobs>,
+}
+
+impl Logprobs {
+    /// Keeps `t`'s log-probabilities unless it is an end-of-generation token (never shown).
+    pub fn push(&mut self, tok: &Tokenizer, t: &TokenEvent) {
+        if let Some(l) = t.logprobs.as_ref().filter(|_| !tok.is_eog(t.id)) {
+            self.items.push(l.clone());
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Chat: `{"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}`.
+    /// Completions: `{"tokens", "token_logprobs", "top_logprobs", "text_offset"}`, offsets
+    /// counted from `offset0`.
+    pub fn to_json(&self, tok: &Tokenizer, api: Api, offset0: usize) -> Json {
+        match api {
+            Api::Chat => {
+                let entry = |id: u32, logprob: f32| {
+                    let (text, bytes) = piece(tok, id);
+                    json!({"token": text, "logprob": lp(logprob), "bytes": bytes})
+                };
+                let content: Vec<Json> = self
+                    .items
+                    .iter()
+                    .map(|l| {
+                        let mut e = entry(l.id, l.logprob);
+                        e["top_logprobs"] = Json::Array(l.top.iter().map(|&(id, p)| entry(id, p)).collect());
+                        e
+                    })
+                    .collect();
+                json!({ "content": content })
+            }
+            Api::Completion => {
+                let (mut tokens, mut logprobs, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+                let mut offset = offset0;
+                for l in &self.items {
+                    let (text, _) = piece(tok, l.id);
+                    offsets.push(offset);
+                    offset += text.len();
+                    tokens.push(text);
+                    logprobs.push(lp(l.logprob));
+                    let top: serde_json::Map<String, Json> = l.top.iter().map(|&(id, p)| (piece(tok, id).0, json!(lp(p)))).collect();
+                    tops.push(Json::Object(top));
+                }
+                json!({"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops, "text_offset": offsets})
+            }
+        }
+    }
+}
+
+pub fn usage(f: &Finished) -> Json {
+    json!({
+        "prompt_tokens": f.prompt_tokens,
+        "completion_tokens": f.completion_tokens,
+        "total_tokens": f.prompt_tokens + f.completion_tokens,
+    })
+}
+
+/// llama-server's `timings` (not in OpenAI's schema; clients ignore it).
+fn timings(f: &Finished) -> Json {
+    let per_s = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
+    json!({
+        "prompt_n": f.prompt_tokens,
+        "prompt_ms": f.prompt_secs * 1e3,
+        "prompt_per_second": per_s(f.prompt_tokens, f.prompt_secs),
+        "predicted_n": f.completion_tokens,
+        "predicted_ms": f.gen_secs * 1e3,
+        "predicted_per_second": per_s(f.completion_tokens, f.gen_secs),
+    })
+}
+
+impl Meta {
+    fn object(&self, stream: bool) -> &'static str {
+        match (self.api, stream) {
+            (Api::Chat, false) => "chat.completion",
+            (Api::Chat, true) => "chat.completion.chunk",
+            (Api::Completion, _) => "text_completion",
+        }
+    }
+
+    fn envelope(&self, stream: bool, choices: Json) -> Json {
+        json!({
+            "id": self.id,
+            "object": self.object(stream),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": concat!("minfer-", env!("CARGO_PKG_VERSION")),
+            "choices": choices,
+        })
+    }
+
+    /// The whole response of a non-streamed request.
+    pub fn complete(&self, text: &str, logprobs: Option<Json>, f: &Finished) -> Json {
+        let logprobs = logprobs.unwrap_or(Json::Null);
+        let choice = match self.api {
+            Api::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": logprobs,
+                "finish_reason": f.finish_reason(),
+            }),
+            Api::Completion => json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": f.finish_reason()}),
+        };
+        let mut v = self.envelope(false, json!([choice]));
+        v["usage"] = usage(f);
+        v["timings"] = timings(f);
+        v
+    }
+
+    /// A streamed chunk carrying `text` (and the first chunk of a chat stream, with the role).
+    pub fn chunk(&self, text: &str, logprobs: Option<Json>, role: bool, include_usage: bool) -> Json {
+        let logprobs = logprobs.unwrap_or(Json::Null);
+        let choice = match self.api {
+            Api::Chat => {
+                let delta = if role { json!({"role": "assistant", "content": text}) } else { json!({"content": text}) };
+                json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": null})
+            }
+            Api::Completion => json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": null}),
+        };
+        self.with_usage_slot(self.envelope(true, json!([choice])), include_usage)
+    }
+
+    /// The chunk that ends the choice, with its `finish_reason`.
+    pub fn final_chunk(&self, f: &Finished, include_usage: bool) -> Json {
+        let choice = match self.api {
+            Api::Chat => json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": f.finish_reason()}),
+            Api::Completion => json!({"index": 0, "text": "", "logprobs": null, "finish_reason": f.finish_reason()}),
+        };
+        let mut v = self.with_usage_slot(self.envelope(true, json!([choice])), include_usage);
+        v["timings"] = timings(f);
+        v
+    }
+
+    /// With `stream_options.include_usage`: the last chunk, no choices, the usage.
+    pub fn usage_chunk(&self, f: &Finished) -> Json {
+        let mut v = self.envelope(true, json!([]));
+        v["usage"] = usage(f);
+        v
+    }
+
+    /// OpenAI puts `"usage": null` on every chunk but the last when usage was asked for.
+    fn with_usage_slot(&self, mut v: Json, include_usage: bool) -> Json {
+        if include_usage {
+            v["usage"] = Json::Null;
+        }
+        v
+    }
+}

@@ -1,0 +1,166 @@
+//! The router: endpoints, API-key check, request counting, 404/405 in the OpenAI error shape.
+//!
+//! `/health` and `/metrics` are open (for probes and scrapers); everything else needs the key
+//! when `--api-key` is set. Every response except those two is counted by status.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderMap, Method, Uri, header};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json as AxJson, Router};
+use serde_json::{Value as Json, json};
+
+use super::error::{ApiError, bounded};
+use super::fields::{Fields, kind_of, parse_object};
+use super::openai::{body_bytes, chat_completions, completions};
+use super::request::token_ids;
+use super::state::AppState;
+
+/// Largest request body accepted.
+pub const BODY_LIMIT: usize = 8 << 20;
+
+pub fn router(st: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route_layer(from_fn_with_state(st.clone(), require_key));
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .merge(api)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(from_fn_with_state(st.clone(), count_status))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(st)
+}
+
+/// Constant-time comparison, so the key cannot be guessed byte by byte from timings.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn require_key(State(st): State<Arc<AppState>>, headers: HeaderMap, req: Request, next: Next) -> Response {
+    if let Some(key) = &st.cfg.api_key {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !given.is_some_and(|g| same(g.as_bytes(), key.as_bytes())) {
+            return ApiError::Unauthorized.into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn count_status(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let counted = !matches!(req.uri().path(), "/health" | "/metrics");
+    let r = next.run(req).await;
+    if counted {
+        st.metrics.request(r.status().as_u16());
+    }
+    r
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound { method: method.to_string(), path: bounded(uri.path()) }
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed { method: bounded(method.as_str()), path: bounded(uri.path()) }
+}
+
+async fn health(State(st): State<Arc<AppState>>) -> Response {
+    match st.model() {
+        Ok(_) => AxJson(json!({"status": "ok"})).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render()).into_response()
+}
+
+fn model_object(st: &AppState) -> Result<Json, ApiError> {
+    let m = st.model()?;
+    Ok(json!({
+        "id": m.model_id,
+        "object": "model",
+        "created": m.created,
+        "owned_by": "minfer",
+        "meta": {"n_ctx_slot": m.n_ctx_slot, "n_slots": st.cfg.slots, "n_vocab": m.n_vocab},
+    }))
+}
+
+async fn models(State(st): State<Arc<AppState>>) -> Result<AxJson<Json>, ApiError> {
+    Ok(AxJson(json!({"object": "list", "data": [model_object(&st)?]})))
+}
+
+async fn model(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<AxJson<Json>, ApiError> {
+    let m = model_object(&st)?;
+    if m["id"] != id.as_str() {
+        return Err(ApiError::NotFound { method: "GET".into(), path: bounded(&format!("/v1/models/{id}")) });
+    }
+    Ok(AxJson(m))
+}
+
+/// `{"content": TEXT, "add_special": false, "parse_special": true, "with_pieces": false}` →
+/// `{"tokens": [ids]}`, or `[{"id", "piece"}]` with `with_pieces` (llama-server's shape).
+async fn tokenize(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<AxJson<Json>, ApiError> {
+    let m = st.model()?;
+    let obj = parse_object(&body_bytes(body)?)?;
+    let f = Fields::new(&obj);
+    let content = f.str("content")?.ok_or_else(|| ApiError::param("content", "is required"))?.to_string();
+    let add_special = f.bool("add_special")?.unwrap_or(false);
+    let parse_special = f.bool("parse_special")?.unwrap_or(true);
+    let with_pieces = f.bool("with_pieces")?.unwrap_or(false);
+    let tok = m.tok.clone();
+    let v = tokio::task::spawn_blocking(move || {
+        let mut ids = Vec::new();
+        if add_special && tok.add_bos() {
+            ids.extend(tok.bos_id());
+        }
+        ids.extend(tok.encode(&content, parse_special));
+        if !with_pieces {
+            return json!({ "tokens": ids });
+        }
+        let pieces: Vec<Json> = ids
+            .iter()
+            .map(|&id| {
+                let bytes = tok.token_bytes(id).unwrap_or_default();
+                match std::str::from_utf8(bytes) {
+                    Ok(s) => json!({"id": id, "piece": s}),
+                    Err(_) => json!({"id": id, "piece": bytes}),
+                }
+            })
+            .collect();
+        json!({ "tokens": pieces })
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(AxJson(v))
+}
+
+/// `{"tokens": [ids]}` → `{"content": TEXT}`; an id outside the vocabulary is a 400.
+async fn detokenize(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<AxJson<Json>, ApiError> {
+    let m = st.model()?;
+    let obj = parse_object(&body_bytes(body)?)?;
+    let items = match Fields::new(&obj).get("tokens") {
+        None => return Err(ApiError::param("tokens", "is required")),
+        Some(Json::Array(items)) => items,
+        Some(v) => return Err(ApiError::param("tokens", format!("must be an array of token ids, got {}", kind_of(v)))),
+    };
+    let ids = token_ids("tokens", items, m.n_vocab)?;
+    let content = m.tok.decode(&ids).map_err(|e| ApiError::param("tokens", e.to_string()))?;
+    Ok(AxJson(json!({ "content": content })))
+}

@@ -1,0 +1,123 @@
+//! The inference thread: owns the slots and interleaves their forward passes, one step per
+//! busy slot per round (a prefill chunk or one token), so every request advances and no
+//! forward pass ever runs on the async runtime. The slots share the model's weights and the
+//! CPU worker pool; since one thread drives them, their passes never overlap.
+//!
+//! Requests wait in a FIFO queue for a free slot. A queued or running request whose client
+//! went away, or whose `--timeout` passed, is dropped before the next step.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+
+use super::error::{ApiError, ServeError};
+use super::metrics::Metrics;
+use super::slot::{Job, Slot};
+use crate::generate::{Engine, EngineParams, EngineShared};
+use crate::models::Model;
+use crate::tokenizer::Tokenizer;
+
+/// Where handlers hand requests to the inference thread.
+pub struct InferenceHandle {
+    tx: Sender<Job>,
+    metrics: Arc<Metrics>,
+}
+
+impl InferenceHandle {
+    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+        self.metrics.queued_add();
+        self.tx.send(job).map_err(|_| {
+            self.metrics.queued_sub();
+            ApiError::Internal("the inference thread has stopped".into())
+        })
+    }
+}
+
+/// What the inference thread needs.
+pub struct InferenceSetup {
+    pub model: Arc<Model>,
+    pub tok: Arc<Tokenizer>,
+    pub n_slots: usize,
+    /// Engine settings of every slot (`n_ctx` is the slot's context).
+    pub engine: EngineParams,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Builds the slots' engines (so load errors surface here) and starts the thread.
+pub fn start(setup: InferenceSetup) -> Result<InferenceHandle, ServeError> {
+    let shared = EngineShared::new(&setup.model, setup.engine.n_threads)?;
+    let engines = (0..setup.n_slots)
+        .map(|_| Engine::with_shared(setup.model.clone(), &setup.engine, &shared))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (tx, rx) = channel();
+    let metrics = setup.metrics.clone();
+    metrics.set_slots(setup.n_slots);
+    std::thread::Builder::new()
+        .name("minfer-infer".into())
+        .spawn(move || run(setup, shared, engines, rx))
+        .map_err(ServeError::Thread)?;
+    Ok(InferenceHandle { tx, metrics })
+}
+
+fn run(setup: InferenceSetup, shared: EngineShared, engines: Vec<Engine>, rx: Receiver<Job>) {
+    let InferenceSetup { model, tok, engine: params, metrics, .. } = setup;
+    let rebuild = || match Engine::with_shared(model.clone(), &params, &shared) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            eprintln!("minfer serve: cannot rebuild a slot's engine ({e}); keeping the old one");
+            None
+        }
+    };
+    let tok: &Tokenizer = &tok;
+    let mut slots: Vec<Slot<'_>> = engines.into_iter().map(Slot::new).collect();
+    let mut queue: VecDeque<Job> = VecDeque::new();
+    let mut open = true;
+    loop {
+        let idle = queue.is_empty() && !slots.iter().any(Slot::busy);
+        if idle {
+            if !open {
+                return;
+            }
+            match rx.recv() {
+                Ok(job) => queue.push_back(job),
+                Err(_) => return,
+            }
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(job) => queue.push_back(job),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        let now = std::time::Instant::now();
+        let mut waiting = VecDeque::with_capacity(queue.len());
+        for job in queue.drain(..) {
+            if job.abandoned() {
+                metrics.queued_sub();
+                metrics.cancelled();
+            } else if job.expired(now) {
+                metrics.queued_sub();
+                metrics.timed_out();
+                let secs = job.timeout_secs;
+                job.fail(ApiError::Timeout { secs });
+            } else {
+                waiting.push_back(job);
+            }
+        }
+        queue = waiting;
+        for slot in slots.iter_mut().filter(|s| !s.busy()) {
+            let Some(job) = queue.pop_front() else { break };
+            metrics.queued_sub();
+            slot.start(tok, job);
+        }
+        metrics.set_busy(slots.iter().filter(|s| s.busy()).count());
+        for slot in slots.iter_mut() {
+            slot.step(&metrics, &rebuild);
+        }
+        metrics.set_busy(slots.iter().filter(|s| s.busy()).count());
+    }
+}

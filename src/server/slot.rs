@@ -1,0 +1,193 @@
+//! A slot: one [`Engine`] (its own `GraphCache`, so its own KV) and the request it serves.
+//!
+//! A slot is reset when it takes a request, so no request can observe another's KV. Every
+//! forward pass runs under `catch_unwind`: a panic answers the request with a 500, and the
+//! slot's engine is rebuilt so the next request starts from a clean graph cache.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::admission::Ticket;
+use super::error::ApiError;
+use super::metrics::Metrics;
+use crate::generate::{Engine, GenerateError, GenerateParams, Generator, StopReason, TokenLogprobs};
+use crate::tokenizer::Tokenizer;
+
+/// A generation request on its way to a slot.
+pub struct Job {
+    pub prompt: Vec<u32>,
+    pub params: GenerateParams,
+    pub events: UnboundedSender<Event>,
+    /// `--timeout` from the request's arrival.
+    pub deadline: Option<Instant>,
+    pub timeout_secs: u64,
+    /// Test lever (`MINFER_INJECT_PANIC`): the first forward pass panics.
+    pub inject_panic: bool,
+    pub ticket: Ticket,
+}
+
+/// What a slot reports to the request's handler.
+#[derive(Debug)]
+pub enum Event {
+    Token(TokenEvent),
+    Done(Finished),
+    Failed(ApiError),
+}
+
+#[derive(Debug, Clone)]
+pub struct TokenEvent {
+    pub id: u32,
+    /// Text that became final with this token (possibly empty).
+    pub text: String,
+    pub logprobs: Option<TokenLogprobs>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Finished {
+    pub reason: StopReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub prompt_secs: f64,
+    pub gen_secs: f64,
+}
+
+impl Finished {
+    /// OpenAI's `finish_reason`.
+    pub fn finish_reason(&self) -> &'static str {
+        match self.reason {
+            StopReason::EndOfGeneration | StopReason::StopString => "stop",
+            StopReason::MaxTokens | StopReason::ContextFull => "length",
+        }
+    }
+}
+
+struct Task<'t> {
+    job: Job,
+    generator: Generator<'t>,
+}
+
+pub struct Slot<'t> {
+    engine: Engine,
+    task: Option<Task<'t>>,
+}
+
+impl Job {
+    /// Sends `ev` unless the client is gone.
+    fn send(&self, ev: Event) {
+        let _ = self.events.send(ev);
+    }
+
+    /// The client went away (its handler dropped the receiver).
+    pub fn abandoned(&self) -> bool {
+        self.events.is_closed()
+    }
+
+    pub fn expired(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
+    }
+
+    /// Ends the request with an error; the ticket is given back first, so a client that
+    /// retries at once finds the place free.
+    pub fn fail(self, err: ApiError) {
+        let Job { events, ticket, .. } = self;
+        drop(ticket);
+        let _ = events.send(Event::Failed(err));
+    }
+}
+
+impl<'t> Slot<'t> {
+    pub fn new(engine: Engine) -> Slot<'t> {
+        Slot { engine, task: None }
+    }
+
+    pub fn busy(&self) -> bool {
+        self.task.is_some()
+    }
+
+    /// Takes a request: the KV is forgotten, the prompt checked against the slot's context.
+    pub fn start(&mut self, tok: &'t Tokenizer, job: Job) {
+        self.engine.reset();
+        match Generator::new(&self.engine, tok, &job.prompt, &job.params) {
+            Ok(generator) => self.task = Some(Task { job, generator }),
+            Err(GenerateError::PromptTooLong { n_prompt, n_ctx, .. }) => {
+                job.fail(ApiError::ExceedContext { n_prompt_tokens: n_prompt, n_ctx })
+            }
+            Err(e) => job.fail(ApiError::Internal(e.to_string())),
+        }
+    }
+
+    /// One forward pass of the slot's request, unless its client left or its time ran out.
+    /// `rebuild` makes a fresh engine after a panic.
+    pub fn step(&mut self, metrics: &Metrics, rebuild: &dyn Fn() -> Option<Engine>) {
+        let Some(task) = self.task.as_mut() else { return };
+        if task.job.abandoned() {
+            metrics.cancelled();
+            self.task = None;
+            return;
+        }
+        if task.job.expired(Instant::now()) {
+            metrics.timed_out();
+            let secs = task.job.timeout_secs;
+            self.end(Event::Failed(ApiError::Timeout { secs }));
+            return;
+        }
+        let prompt_left = task.generator.prompt_left();
+        let t0 = Instant::now();
+        let engine = &mut self.engine;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            if task.job.inject_panic {
+                panic!("injected fault (MINFER_INJECT_PANIC)");
+            }
+            task.generator.step(engine)
+        }));
+        let secs = t0.elapsed().as_secs_f64();
+        match result {
+            Ok(Ok(step)) => {
+                if prompt_left > 0 {
+                    metrics.prompt(prompt_left - task.generator.prompt_left(), secs);
+                } else if step.token.is_some() {
+                    metrics.generated(1, secs);
+                }
+                if let Some(id) = step.token {
+                    task.job.send(Event::Token(TokenEvent { id, text: step.text, logprobs: step.logprobs }));
+                }
+                if let Some(reason) = step.finished {
+                    let g = task.generator.generation();
+                    let done = Finished {
+                        reason,
+                        prompt_tokens: g.prompt_ids.len(),
+                        completion_tokens: g.generated_ids.len(),
+                        prompt_secs: g.prompt_secs,
+                        gen_secs: g.gen_secs,
+                    };
+                    self.end(Event::Done(done));
+                }
+            }
+            Ok(Err(e)) => self.end(Event::Failed(ApiError::Internal(e.to_string()))),
+            Err(panic) => {
+                metrics.panicked();
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                eprintln!("minfer serve: inference panicked: {what}; the slot's engine is rebuilt");
+                if let Some(fresh) = rebuild() {
+                    self.engine = fresh;
+                }
+                self.end(Event::Failed(ApiError::Internal(format!("inference panicked: {what}"))));
+            }
+        }
+    }
+
+    /// Frees the slot and sends the request's last event (ticket first, see [`Job::fail`]).
+    fn end(&mut self, last: Event) {
+        if let Some(task) = self.task.take() {
+            let Job { events, ticket, .. } = task.job;
+            drop(ticket);
+            let _ = events.send(last);
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The server's shared state: its settings, counters, admission, and the model once loaded.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use super::admission::Admission;
+use super::error::{ApiError, ServeError};
+use super::metrics::Metrics;
+use super::scheduler::{InferenceHandle, InferenceSetup, start};
+use crate::chat::{ChatTemplate, RenderOptions};
+use crate::generate::{EngineParams, NodeDump};
+use crate::gguf::GgufFile;
+use crate::models::load_model;
+use crate::tokenizer::Tokenizer;
+
+/// `minfer serve`'s settings.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub model: PathBuf,
+    pub host: String,
+    pub port: u16,
+    pub slots: usize,
+    /// Total KV context, split evenly across the slots; `None`: 4096 per slot (at most the
+    /// model's training context).
+    pub ctx_total: Option<usize>,
+    pub threads: usize,
+    /// Requests that may wait for a slot beyond those generating.
+    pub queue: usize,
+    pub api_key: Option<String>,
+    /// Longest a request may take, queue wait included; 0: no limit.
+    pub timeout_secs: u64,
+    /// The model id reported by `/v1/models` and in responses (default: the file's stem).
+    pub alias: Option<String>,
+    /// Prefill chunk: a long prompt is evaluated this many tokens per step, so other slots'
+    /// decoding goes on between chunks.
+    pub ubatch: usize,
+    pub backends: Option<String>,
+    /// Test lever `MINFER_INJECT_PANIC`: a request whose prompt text contains this string
+    /// panics in its first forward pass.
+    pub inject_panic: Option<String>,
+}
+
+/// Per-slot context when none is given.
+pub const DEFAULT_SLOT_CTX: usize = 4096;
+
+impl ServeConfig {
+    /// The context of one slot, given the model's training context.
+    pub fn slot_ctx(&self, n_ctx_train: usize) -> Result<usize, ServeError> {
+        let per = match self.ctx_total {
+            Some(total) => total / self.slots,
+            None => DEFAULT_SLOT_CTX.min(n_ctx_train.max(1)),
+        };
+        if per == 0 {
+            return Err(ServeError::Config(format!(
+                "--ctx {} gives less than one token per slot for {} slots",
+                self.ctx_total.unwrap_or(0),
+                self.slots
+            )));
+        }
+        Ok(per)
+    }
+}
+
+/// The model, its tokenizer and template, and the inference thread.
+pub struct Loaded {
+    pub model_id: String,
+    /// Unix time the model was loaded (`created` of `/v1/models`).
+    pub created: u64,
+    pub tok: Arc<Tokenizer>,
+    /// `None` when the file has no usable chat template (chat requests then get a 400).
+    pub template: Option<Arc<ChatTemplate>>,
+    pub bos_text: String,
+    pub eos_text: String,
+    pub n_ctx_slot: usize,
+    pub n_vocab: usize,
+    pub inference: InferenceHandle,
+}
+
+pub struct AppState {
+    pub cfg: ServeConfig,
+    pub metrics: Arc<Metrics>,
+    pub admission: Arc<Admission>,
+    pub loaded: OnceLock<Loaded>,
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl AppState {
+    pub fn new(cfg: ServeConfig) -> Arc<AppState> {
+        let admission = Admission::new(cfg.slots, cfg.queue);
+        Arc::new(AppState { cfg, metrics: Arc::new(Metrics::default()), admission, loaded: OnceLock::new() })
+    }
+
+    /// The loaded model, or 503 while it loads.
+    pub fn model(&self) -> Result<&Loaded, ApiError> {
+        self.loaded.get().ok_or(ApiError::Loading)
+    }
+
+    /// Opens the model file (its header and metadata: quick), so that a missing or malformed
+    /// file fails before the server listens.
+    pub fn open_model(&self) -> Result<GgufFile, ServeError> {
+        GgufFile::open(&self.cfg.model).map_err(|e| ServeError::Load { path: self.cfg.model.display().to_string(), reason: e.to_string() })
+    }
+
+    /// Loads the model from its opened file and starts the inference thread (blocking: call
+    /// off the runtime).
+    pub fn load(&self, file: GgufFile) -> Result<(), ServeError> {
+        let path = self.cfg.model.display().to_string();
+        let fail = |reason: String| ServeError::Load { path: path.clone(), reason };
+        let tok = Tokenizer::from_gguf(&file).map_err(|e| fail(e.to_string()))?;
+        let template = match file.get_str("tokenizer.chat_template") {
+            Err(_) => None,
+            Ok(src) => match ChatTemplate::new("tokenizer.chat_template", src) {
+                Ok(t) => Some(Arc::new(t)),
+                Err(e) => {
+                    eprintln!("minfer serve: the model's chat template does not compile ({e}); /v1/chat/completions is off");
+                    None
+                }
+            },
+        };
+        let text_of = |id: Option<u32>| id.and_then(|i| tok.token_text(i).ok()).unwrap_or("").to_string();
+        let (bos_text, eos_text) = (text_of(tok.bos_id()), text_of(tok.eos_id()));
+        let model = Arc::new(load_model(Arc::new(file)).map_err(|e| fail(e.to_string()))?);
+        let n_ctx_slot = self.cfg.slot_ctx(model.hparams().n_ctx_train as usize)?;
+        let n_vocab = model.hparams().n_vocab as usize;
+        let tok = Arc::new(tok);
+        let engine = EngineParams {
+            n_ctx: n_ctx_slot,
+            n_threads: self.cfg.threads,
+            backends: self.cfg.backends.clone(),
+            trace: false,
+            dump: None::<NodeDump>,
+        };
+        let inference = start(InferenceSetup {
+            model,
+            tok: tok.clone(),
+            n_slots: self.cfg.slots,
+            engine,
+            metrics: self.metrics.clone(),
+        })?;
+        let model_id = self.cfg.alias.clone().unwrap_or_else(|| {
+            self.cfg.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
+        });
+        let loaded = Loaded { model_id, created: unix_now(), tok, template, bos_text, eos_text, n_ctx_slot, n_vocab, inference };
+        let _ = self.loaded.set(loaded);
+        Ok(())
+    }
+}
+
+impl Loaded {
+    /// Template render options for a generation prompt.
+    pub fn render_options(&self, tools: Option<serde_json::Value>, extra: serde_json::Map<String, serde_json::Value>) -> RenderOptions {
+        RenderOptions {
+            add_generation_prompt: true,
+            tools,
+            bos_token: self.bos_text.clone(),
+            eos_token: self.eos_text.clone(),
+            extra,
+            now: None,
+        }
+    }
+}

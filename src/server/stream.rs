@@ -1,0 +1,112 @@
+//! Server-sent events for `"stream": true`: one `data: {chunk}` frame per piece of text, a
+//! last chunk with the `finish_reason`, the usage chunk when asked for, then `data: [DONE]`.
+//! An error after the stream has started is sent as a `data: {"error": ...}` frame (the
+//! status line is already out), and the stream ends.
+//!
+//! When the client goes away, the body stream is dropped with the event receiver, and the
+//! slot sees the closed channel before its next forward pass.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::Response;
+use serde_json::Value as Json;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::error::ApiError;
+use super::response::{Logprobs, Meta};
+use super::slot::Event;
+use crate::tokenizer::Tokenizer;
+
+pub struct EventStream {
+    rx: UnboundedReceiver<Event>,
+    tok: Arc<Tokenizer>,
+    meta: Meta,
+    include_usage: bool,
+    frames: VecDeque<Bytes>,
+    /// The chat stream's first chunk carries the role.
+    role_sent: bool,
+    /// Bytes of text sent so far (completions' `text_offset`).
+    offset: usize,
+    ended: bool,
+}
+
+fn frame(v: &Json) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+impl EventStream {
+    /// A stream that starts with `prefix` text (completions' `echo`).
+    pub fn new(rx: UnboundedReceiver<Event>, tok: Arc<Tokenizer>, meta: Meta, include_usage: bool, prefix: &str) -> EventStream {
+        let mut s = EventStream { rx, tok, meta, include_usage, frames: VecDeque::new(), role_sent: false, offset: 0, ended: false };
+        if !prefix.is_empty() {
+            s.text_frame(prefix, None);
+        }
+        s
+    }
+
+    fn text_frame(&mut self, text: &str, logprobs: Option<Json>) {
+        let role = self.meta.api == super::response::Api::Chat && !self.role_sent;
+        self.role_sent = true;
+        self.frames.push_back(frame(&self.meta.chunk(text, logprobs, role, self.include_usage)));
+        self.offset += text.len();
+    }
+
+    /// Turns one event into frames.
+    pub fn push(&mut self, ev: Event) {
+        match ev {
+            Event::Token(t) => {
+                let mut lp = Logprobs::default();
+                lp.push(&self.tok, &t);
+                let logprobs = (!lp.is_empty()).then(|| lp.to_json(&self.tok, self.meta.api, self.offset));
+                if !t.text.is_empty() || logprobs.is_some() {
+                    self.text_frame(&t.text, logprobs);
+                }
+            }
+            Event::Done(f) => {
+                if !self.role_sent {
+                    self.text_frame("", None);
+                }
+                self.frames.push_back(frame(&self.meta.final_chunk(&f, self.include_usage)));
+                if self.include_usage {
+                    self.frames.push_back(frame(&self.meta.usage_chunk(&f)));
+                }
+                self.frames.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                self.ended = true;
+            }
+            Event::Failed(e) => self.fail(e),
+        }
+    }
+
+    fn fail(&mut self, e: ApiError) {
+        self.frames.push_back(frame(&e.to_json()));
+        self.ended = true;
+    }
+
+    async fn next_frame(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(b) = self.frames.pop_front() {
+                return Some(b);
+            }
+            if self.ended {
+                return None;
+            }
+            match self.rx.recv().await {
+                Some(ev) => self.push(ev),
+                None => self.fail(ApiError::Internal("the generation ended without a result".into())),
+            }
+        }
+    }
+
+    pub fn into_response(self) -> Response {
+        let body = futures_util::stream::unfold(self, |mut s| async move { s.next_frame().await.map(|b| (Ok::<_, Infallible>(b), s)) });
+        Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(Body::from_stream(body))
+            .unwrap_or_else(|_| Response::new(Body::empty()))
+    }
+}
