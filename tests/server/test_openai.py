@@ -1,0 +1,531 @@
+"""`minfer serve` driven by the official `openai` Python client (and raw HTTP where the client
+cannot express a request), against real server processes.
+
+Run by tests/server_openai.rs (`cargo test --release`), which passes:
+  MINFER_BIN     the minfer binary
+  MINFER_MODEL   the Qwen2.5-Coder-0.5B Q4_K_M model
+  MINFER_DATA    tests/data (llama.cpp's greedy reference)
+  MINFER_REPORT  optional: where the load run writes its figures (JSON)
+
+References are independent of the server: `minfer run` (the CLI's generation loop) and
+llama.cpp's greedy continuations in tests/data.
+"""
+
+import concurrent.futures
+import http.client
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+import openai
+
+BIN = os.environ["MINFER_BIN"]
+MODEL = os.environ["MINFER_MODEL"]
+DATA = os.environ["MINFER_DATA"]
+KEY = "sk-minfer-test"
+MAGIC = "PLEASE-PANIC-7f3a"  # MINFER_INJECT_PANIC: a prompt containing it panics in inference
+THREADS = "2"
+
+
+class Server:
+    """A `minfer serve` process on a free port, stopped by `stop()`."""
+
+    def __init__(self, *args, env=None, key=None):
+        cmd = [BIN, "serve", "-m", MODEL, "--port", "0", "-t", THREADS, *args]
+        if key:
+            cmd += ["--api-key", key]
+        self.key = key
+        full_env = dict(os.environ, **(env or {}))
+        full_env.pop("MINFER_API_KEY", None)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=full_env, text=True)
+        self.log = []
+        self.port = None
+        got_port = threading.Event()
+
+        def drain():
+            for line in self.proc.stderr:
+                self.log.append(line)
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    got_port.set()
+            got_port.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not got_port.wait(30) or self.port is None:
+            raise RuntimeError("server did not start: " + "".join(self.log))
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            status, _ = self.http("GET", "/health")
+            if status == 200:
+                return
+            assert status == 503, status
+            time.sleep(0.05)
+        raise RuntimeError("model did not load: " + "".join(self.log))
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stderr.close()
+
+    def client(self, key="default"):
+        return openai.OpenAI(
+            base_url=f"http://127.0.0.1:{self.port}/v1",
+            api_key=(self.key or "no-key") if key == "default" else key,
+            max_retries=0,
+            timeout=300,
+        )
+
+    def http(self, method, path, body=None, headers=None, timeout=300):
+        """Raw request: (status, parsed JSON or text)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = dict(headers or {})
+        if self.key and "Authorization" not in h:
+            h["Authorization"] = f"Bearer {self.key}"
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+            h["Content-Type"] = "application/json"
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read().decode()
+        c.close()
+        try:
+            return r.status, json.loads(data)
+        except ValueError:
+            return r.status, data
+
+    def metrics(self):
+        _, text = self.http("GET", "/metrics")
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def wait_idle(self, within):
+        """Seconds until no slot is busy and nothing is queued; fails after `within`."""
+        t0 = time.time()
+        while time.time() - t0 < within:
+            m = self.metrics()
+            if m["minfer_slots_busy"] == 0 and m["minfer_queue_depth"] == 0:
+                return time.time() - t0
+            time.sleep(0.01)
+        raise AssertionError(f"server still busy after {within} s: {self.metrics()}")
+
+
+def minfer_run(messages, n):
+    """`minfer run --messages` greedy: the CLI's answer for the same conversation."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(messages, f)
+    try:
+        out = subprocess.run(
+            [BIN, "run", "-m", MODEL, "--messages", f.name, "--temp", "0", "-n", str(n), "--json", "-t", THREADS],
+            capture_output=True, text=True, check=True,
+        )
+    finally:
+        os.unlink(f.name)
+    return json.loads(out.stdout)
+
+
+def reference(record_id):
+    with open(os.path.join(DATA, "qwen2.5-0.5b.greedy.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if r["id"] == record_id:
+                return r
+    raise KeyError(record_id)
+
+
+def user(text):
+    return [{"role": "user", "content": text}]
+
+
+SERVER = None
+
+
+def setUpModule():
+    global SERVER
+    SERVER = Server("--slots", "2", "--ctx", "4096", env={"MINFER_INJECT_PANIC": MAGIC}, key=KEY)
+
+
+def tearDownModule():
+    SERVER.stop()
+
+
+class Chat(unittest.TestCase):
+    def test_greedy_equals_minfer_run_and_llama_cpp(self):
+        c = SERVER.client()
+        for rid in ["chat_math", "chat_system", "chat_multiturn"]:
+            ref = reference(rid)
+            cli = minfer_run(ref["messages"], 64)
+            r = c.chat.completions.create(model="any", messages=ref["messages"], temperature=0, max_tokens=64, logprobs=True)
+            choice = r.choices[0]
+            self.assertEqual(choice.message.content, cli["text"], rid)
+            self.assertEqual(choice.message.content, ref["generated_text"], rid)
+            self.assertEqual(r.usage.prompt_tokens, len(cli["prompt_ids"]), rid)
+            self.assertEqual(r.usage.prompt_tokens, len(ref["prompt_ids"]), rid)
+            self.assertEqual(r.usage.completion_tokens, len(cli["generated_ids"]), rid)
+            self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
+            self.assertEqual(choice.finish_reason, "stop")
+            # Token for token: the logprobs entries are the generated tokens (the final
+            # end-of-generation token is not shown).
+            shown = cli["generated_ids"][:-1]
+            got = [bytes(t.bytes) for t in choice.logprobs.content]
+            want = []
+            for tid in shown:
+                _, d = SERVER.http("POST", "/detokenize", {"tokens": [tid]})
+                want.append(d["content"].encode())
+            self.assertEqual(got, want, rid)
+
+    def test_greedy_long_answer_equals_minfer_run(self):
+        msgs = [{"role": "system", "content": "You are a helpful assistant."}, *user("Explain what a hash map is.")]
+        cli = minfer_run(msgs, 48)
+        r = SERVER.client().chat.completions.create(model="m", messages=msgs, temperature=0, max_completion_tokens=48)
+        self.assertEqual(r.choices[0].message.content, cli["text"])
+        self.assertEqual(r.usage.completion_tokens, 48)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+
+    def test_stream_text_equals_non_stream_text(self):
+        c = SERVER.client()
+        msgs = user("Write a haiku about Rust.")
+        whole = c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=40)
+        chunks = list(c.chat.completions.create(
+            model="m", messages=msgs, temperature=0, max_tokens=40, stream=True, stream_options={"include_usage": True}))
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        self.assertEqual(text, whole.choices[0].message.content)
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        finals = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+        self.assertEqual(finals, [whole.choices[0].finish_reason])
+        # usage only on the last chunk, which has no choices
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, whole.usage.completion_tokens)
+        self.assertEqual(chunks[-1].usage.prompt_tokens, whole.usage.prompt_tokens)
+        self.assertTrue(all(ch.usage is None for ch in chunks[:-1]))
+        # without include_usage: no usage anywhere
+        plain = list(c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=40, stream=True))
+        self.assertTrue(all(ch.usage is None for ch in plain))
+        self.assertEqual("".join(ch.choices[0].delta.content or "" for ch in plain), text)
+
+    def test_stop_sequences(self):
+        c = SERVER.client()
+        msgs = user("Count from 1 to 20, separated by commas.")
+        full = c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=60).choices[0].message.content
+        self.assertIn("5", full)
+        cut = full.index("5")
+        for stop in ["5", ["zzz", "5"]]:
+            r = c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=60, stop=stop)
+            self.assertEqual(r.choices[0].message.content, full[:cut])
+            self.assertEqual(r.choices[0].finish_reason, "stop")
+            s = c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=60, stop=stop, stream=True)
+            self.assertEqual("".join(ch.choices[0].delta.content or "" for ch in s if ch.choices), full[:cut])
+
+    def test_seed_reproduces_at_positive_temperature(self):
+        c = SERVER.client()
+        msgs = user("Invent a name for a cat.")
+
+        def ask(seed):
+            return c.chat.completions.create(
+                model="m", messages=msgs, temperature=1.0, top_p=1.0, max_tokens=24, seed=seed).choices[0].message.content
+
+        a = [ask(1234) for _ in range(2)]
+        self.assertEqual(a[0], a[1])
+        others = {ask(s) for s in range(1, 6)}
+        self.assertGreater(len(others), 1, "different seeds should give different samples")
+
+    def test_logprobs_are_a_distribution(self):
+        r = SERVER.client().chat.completions.create(
+            model="m", messages=user("Say yes."), temperature=0, max_tokens=5, logprobs=True, top_logprobs=5)
+        for t in r.choices[0].logprobs.content:
+            self.assertEqual(len(t.top_logprobs), 5)
+            # greedy: the chosen token is the most likely one
+            self.assertEqual(t.top_logprobs[0].token, t.token)
+            self.assertAlmostEqual(t.top_logprobs[0].logprob, t.logprob, places=5)
+            lps = [x.logprob for x in t.top_logprobs]
+            self.assertEqual(lps, sorted(lps, reverse=True))
+            self.assertLessEqual(sum(2.718281828 ** x for x in lps), 1.0 + 1e-4)
+
+    def test_parallel_requests_over_two_slots_equal_sequential(self):
+        c = SERVER.client()
+        prompts = [f"Name {k} fruits." for k in range(2, 8)]
+
+        def ask(p):
+            r = c.chat.completions.create(model="m", messages=user(p), temperature=0, max_tokens=24)
+            return r.choices[0].message.content
+
+        sequential = [ask(p) for p in prompts]
+        before = SERVER.metrics()
+        with concurrent.futures.ThreadPoolExecutor(6) as ex:
+            parallel = list(ex.map(ask, prompts))
+        self.assertEqual(parallel, sequential)
+        self.assertEqual(SERVER.metrics()["minfer_slots_total"], 2)
+        self.assertEqual(SERVER.metrics().get('minfer_requests_total{status="200"}', 0)
+                         - before.get('minfer_requests_total{status="200"}', 0), 6)
+
+
+class Completions(unittest.TestCase):
+    def test_token_id_prompt_equals_llama_cpp(self):
+        # "count": every step's top-1/top-2 margin is >= 1.19, so the whole continuation must match.
+        ref = reference("count")
+        c = SERVER.client()
+        r = c.completions.create(model="m", prompt=ref["prompt_ids"], temperature=0, max_tokens=64)
+        self.assertEqual(r.choices[0].text, ref["generated_text"])
+        self.assertEqual(r.usage.prompt_tokens, len(ref["prompt_ids"]))
+        self.assertEqual(r.usage.completion_tokens, 64)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        # the same prompt as text, streamed
+        s = c.completions.create(model="m", prompt=ref["prompt_text"], temperature=0, max_tokens=64, stream=True)
+        self.assertEqual("".join(ch.choices[0].text for ch in s if ch.choices), ref["generated_text"])
+
+    def test_echo_and_legacy_logprobs(self):
+        c = SERVER.client()
+        r = c.completions.create(model="m", prompt="def add(a, b):", temperature=0, max_tokens=8, echo=True)
+        plain = c.completions.create(model="m", prompt="def add(a, b):", temperature=0, max_tokens=8)
+        self.assertEqual(r.choices[0].text, "def add(a, b):" + plain.choices[0].text)
+        lp = c.completions.create(model="m", prompt="def add(a, b):", temperature=0, max_tokens=8, logprobs=3).choices[0]
+        self.assertEqual("".join(lp.logprobs.tokens), lp.text)
+        self.assertEqual(len(lp.logprobs.top_logprobs), len(lp.logprobs.tokens))
+        self.assertEqual(lp.logprobs.text_offset[0], 0)
+
+    def test_invalid_token_ids_are_400(self):
+        with self.assertRaises(openai.BadRequestError) as e:
+            SERVER.client().completions.create(model="m", prompt=[1, 2, 10**9], max_tokens=4)
+        self.assertEqual(e.exception.body["param"], "prompt[2]")
+
+
+class Endpoints(unittest.TestCase):
+    def test_models_health_tokenize(self):
+        models = SERVER.client().models.list().data
+        self.assertEqual([m.id for m in models], ["qwen2.5-coder-0.5b-instruct-q4_k_m"])
+        self.assertEqual(SERVER.http("GET", "/health"), (200, {"status": "ok"}))
+        ref = reference("capital")
+        status, v = SERVER.http("POST", "/tokenize", {"content": ref["prompt_text"]})
+        self.assertEqual((status, v["tokens"]), (200, ref["prompt_ids"]))
+        status, v = SERVER.http("POST", "/detokenize", {"tokens": ref["generated_ids"]})
+        self.assertEqual((status, v["content"]), (200, ref["generated_text"]))
+
+
+class Errors(unittest.TestCase):
+    def check(self, status_body, status, kind, param=None):
+        got_status, body = status_body
+        self.assertEqual(got_status, status, body)
+        self.assertEqual(body["error"]["type"], kind, body)
+        self.assertEqual(set(body["error"]) >= {"message", "type", "param", "code"}, True)
+        if param is not None:
+            self.assertEqual(body["error"]["param"], param, body)
+        return body["error"]
+
+    def test_bad_requests_name_the_parameter(self):
+        msgs = user("hi")
+        post = lambda body: SERVER.http("POST", "/v1/chat/completions", body)
+        self.check(SERVER.http("POST", "/v1/chat/completions", "{not json"), 400, "invalid_request_error")
+        self.check(post({"messages": msgs, "temperature": "warm"}), 400, "invalid_request_error", "temperature")
+        self.check(post({"messages": msgs, "temperature": 7}), 400, "invalid_request_error", "temperature")
+        self.check(post({"messages": msgs, "top_p": -1}), 400, "invalid_request_error", "top_p")
+        self.check(post({"messages": msgs, "max_tokens": "ten"}), 400, "invalid_request_error", "max_tokens")
+        self.check(post({"messages": "hi"}), 400, "invalid_request_error", "messages")
+        self.check(post({}), 400, "invalid_request_error", "messages")
+        err = self.check(post({"messages": msgs, "n": 3}), 400, "invalid_request_error", "n")
+        self.assertIn("1", err["message"])
+        self.check(post({"messages": msgs, "stop": 5}), 400, "invalid_request_error", "stop")
+        with self.assertRaises(openai.BadRequestError):
+            SERVER.client().chat.completions.create(model="m", messages=msgs, n=2)
+
+    def test_prompt_longer_than_the_slot_is_400_even_for_streams(self):
+        long = "hello " * 2500  # > 2048 tokens, the context of one of the two slots
+        for stream in [False, True]:
+            status, body = SERVER.http("POST", "/v1/chat/completions",
+                                       {"messages": user(long), "stream": stream})
+            err = self.check((status, body), 400, "exceed_context_size_error")
+            self.assertEqual(err["n_ctx"], 2048)
+            self.assertGreater(err["n_prompt_tokens"], 2048)
+        with self.assertRaises(openai.BadRequestError):
+            list(SERVER.client().chat.completions.create(model="m", messages=user(long), stream=True))
+
+    def test_api_key(self):
+        with self.assertRaises(openai.AuthenticationError):
+            SERVER.client(key="wrong").models.list()
+        status, body = SERVER.http("GET", "/v1/models", headers={"Authorization": "Bearer nope"})
+        self.check((status, body), 401, "authentication_error")
+        c = http.client.HTTPConnection("127.0.0.1", SERVER.port)
+        c.request("GET", "/v1/models")  # no header at all
+        self.assertEqual(c.getresponse().status, 401)
+        c.close()
+        # probes stay open
+        self.assertEqual(SERVER.http("GET", "/health", headers={"Authorization": "x"})[0], 200)
+
+    def test_unknown_route_is_404(self):
+        self.check(SERVER.http("GET", "/v1/nope"), 404, "not_found_error")
+        self.check(SERVER.http("POST", "/v2/chat/completions", {}), 404, "not_found_error")
+
+    def test_errors_never_echo_unbounded_input(self):
+        big = "A" * 100_000
+        cases = [
+            ("/v1/chat/completions", {"messages": user("x"), "temperature": big}),
+            ("/v1/chat/completions", {"messages": [{"role": big, "content": "x"}]}),
+            ("/v1/chat/completions", {"messages": user("x"), big: 1, "stop": [big, 3]}),
+            ("/v1/completions", {"prompt": [1, big]}),
+            ("/v1/" + big[:4000], {}),
+            ("/v1/chat/completions", '{"messages": "' + big),
+        ]
+        for path, body in cases:
+            status, resp = SERVER.http("POST", path, body)
+            self.assertIn(status, (400, 404))
+            self.assertLess(len(json.dumps(resp)), 600, json.dumps(resp)[:300])
+
+    def test_panic_is_500_and_the_server_stays_usable(self):
+        before = SERVER.metrics()["minfer_panics_total"]
+        c = SERVER.client()
+        with self.assertRaises(openai.InternalServerError) as e:
+            c.chat.completions.create(model="m", messages=user(f"{MAGIC} now"), max_tokens=4)
+        self.assertEqual(e.exception.status_code, 500)
+        # both slots still answer (three requests in parallel use both)
+        with concurrent.futures.ThreadPoolExecutor(3) as ex:
+            answers = list(ex.map(lambda i: c.chat.completions.create(
+                model="m", messages=user("What is 12 * 7? Answer with the number only."), temperature=0,
+                max_tokens=8).choices[0].message.content, range(3)))
+        self.assertEqual(answers, ["84"] * 3)
+        self.assertEqual(SERVER.metrics()["minfer_panics_total"], before + 1)
+        # a panic in a stream before its first token is also a 500
+        with self.assertRaises(openai.InternalServerError):
+            list(c.chat.completions.create(model="m", messages=user(MAGIC), max_tokens=4, stream=True))
+        SERVER.wait_idle(5)
+
+
+class Disconnect(unittest.TestCase):
+    def test_stream_disconnect_frees_the_slot(self):
+        before = SERVER.metrics()["minfer_cancelled_total"]
+        s = SERVER.client().chat.completions.create(
+            model="m", messages=user("Write a very long story about a dragon."), temperature=0, max_tokens=2000, stream=True)
+        for i, _ in enumerate(s):
+            if i == 3:
+                break
+        self.assertEqual(SERVER.metrics()["minfer_slots_busy"], 1)
+        s.close()
+        waited = SERVER.wait_idle(1.0)
+        self.assertEqual(SERVER.metrics()["minfer_cancelled_total"], before + 1)
+        print(f"\nstream disconnect: slot free after {waited * 1000:.0f} ms")
+
+    def test_non_stream_disconnect_frees_the_slot(self):
+        before = SERVER.metrics()["minfer_cancelled_total"]
+        sock = socket.create_connection(("127.0.0.1", SERVER.port))
+        body = json.dumps({"messages": user("Write a very long story about a dragon."), "temperature": 0, "max_tokens": 2000})
+        sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        t0 = time.time()
+        while SERVER.metrics()["minfer_slots_busy"] == 0:
+            self.assertLess(time.time() - t0, 10)
+            time.sleep(0.01)
+        time.sleep(0.3)  # generating
+        sock.close()
+        waited = SERVER.wait_idle(1.0)
+        self.assertEqual(SERVER.metrics()["minfer_cancelled_total"], before + 1)
+        print(f"\nnon-stream disconnect: slot free after {waited * 1000:.0f} ms")
+
+
+class Limits(unittest.TestCase):
+    def test_queue_full_is_503_and_timeout_is_504(self):
+        srv = Server("--slots", "1", "--queue", "1", "--timeout", "3")
+        try:
+            c = srv.client()
+            long = user("Write a very long story about a dragon.")
+            held = c.chat.completions.create(model="m", messages=long, temperature=0, max_tokens=2000, stream=True)
+            next(iter(held))  # generating in the only slot
+            queued = threading.Thread(target=lambda: srv.http("POST", "/v1/chat/completions",
+                                                              {"messages": long, "max_tokens": 2000}))
+            queued.start()
+            t0 = time.time()
+            while srv.metrics()["minfer_queue_depth"] != 1:
+                self.assertLess(time.time() - t0, 10)
+                time.sleep(0.01)
+            status, body = srv.http("POST", "/v1/chat/completions", {"messages": user("hi")})
+            self.assertEqual(status, 503)
+            self.assertEqual(body["error"]["type"], "unavailable_error")
+            with self.assertRaises(openai.APIStatusError) as e:
+                c.completions.create(model="m", prompt="hi")
+            self.assertEqual(e.exception.status_code, 503)
+            # --timeout 3: the held stream ends with an error event, the queued request with a 504
+            with self.assertRaises(openai.APIError):
+                for _ in held:
+                    pass
+            queued.join(20)
+            self.assertEqual(srv.metrics()["minfer_timeouts_total"], 2)
+            self.assertGreaterEqual(srv.metrics()['minfer_requests_total{status="504"}'], 1)
+            srv.wait_idle(2)
+            r = c.chat.completions.create(model="m", messages=user("What is 12 * 7? Answer with the number only."),
+                                          temperature=0, max_tokens=8)
+            self.assertEqual(r.choices[0].message.content, "84")
+        finally:
+            srv.stop()
+
+
+class Load(unittest.TestCase):
+    def test_load_60_requests_from_4_clients(self):
+        before = SERVER.metrics()
+        n_requests, n_clients = 60, 4
+        topics = ["cats", "rivers", "compilers", "tea", "mountains", "trains", "bees", "rain", "maps", "clocks"]
+        results, errors = [], []
+        lock = threading.Lock()
+
+        def client_loop(k):
+            c = SERVER.client()
+            for i in range(k, n_requests, n_clients):
+                t0 = time.time()
+                try:
+                    if i % 3 == 2:
+                        r = c.completions.create(model="m", prompt=f"A fact about {topics[i % 10]}:", max_tokens=16,
+                                                 temperature=0.7, seed=i)
+                    else:
+                        r = c.chat.completions.create(model="m", messages=user(f"One sentence about {topics[i % 10]}."),
+                                                      max_tokens=16, temperature=0.7, seed=i)
+                    with lock:
+                        results.append((i, time.time() - t0, r.usage.prompt_tokens, r.usage.completion_tokens))
+                except Exception as e:  # noqa: BLE001 - every failure is counted and reported
+                    with lock:
+                        errors.append((i, repr(e)))
+
+        t0 = time.time()
+        threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(n_clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.time() - t0
+        after = SERVER.metrics()
+        self.assertEqual(errors, [])
+        self.assertEqual(sorted(r[0] for r in results), list(range(n_requests)))
+        delta = lambda k: after.get(k, 0) - before.get(k, 0)
+        prompt = sum(r[2] for r in results)
+        generated = sum(r[3] for r in results)
+        self.assertEqual(delta('minfer_requests_total{status="200"}'), n_requests)
+        self.assertEqual(sum(delta(k) for k in after if k.startswith("minfer_requests_total")), n_requests)
+        self.assertEqual(delta("minfer_prompt_tokens_total"), prompt)
+        self.assertEqual(delta("minfer_generated_tokens_total"), generated)
+        lat = sorted(r[1] for r in results)
+        report = {
+            "requests": n_requests, "clients": n_clients, "errors": len(errors),
+            "latency_p50_s": round(statistics.median(lat), 3),
+            "latency_p95_s": round(lat[int(0.95 * (len(lat) - 1))], 3),
+            "wall_s": round(wall, 2), "prompt_tokens": prompt, "generated_tokens": generated,
+            "generated_tokens_per_s": round(generated / wall, 1),
+            "server_decode_tokens_per_s": after["minfer_generated_tokens_per_second"],
+        }
+        print("\nload run: " + json.dumps(report))
+        if os.environ.get("MINFER_REPORT"):
+            with open(os.environ["MINFER_REPORT"], "w") as f:
+                json.dump(report, f)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

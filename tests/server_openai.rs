@@ -1,0 +1,41 @@
+//! `minfer serve` end to end, driven by the official `openai` Python client
+//! (`tests/server/test_openai.py`) against real server processes on the 0.5B model.
+//!
+//! The Python comes from `MINFER_TEST_PYTHON`, else `.venv-test/bin/python`, which
+//! `scripts/python_env.sh` makes (`scripts/test.sh` runs it first). Without it the test fails
+//! with that instruction: it never skips.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn python() -> PathBuf {
+    let p = std::env::var_os("MINFER_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv-test/bin/python"));
+    assert!(p.is_file(), "no Python with the openai client at {}: run scripts/python_env.sh (or scripts/test.sh)", p.display());
+    p
+}
+
+#[test]
+fn openai_client_against_minfer_serve() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let report = std::env::temp_dir().join(format!("minfer-serve-load-{}.json", std::process::id()));
+    let out = Command::new(python())
+        .arg(root.join("tests/server/test_openai.py"))
+        .env("MINFER_BIN", env!("CARGO_BIN_EXE_minfer"))
+        .env("MINFER_MODEL", common::model_path(common::QWEN2_05B))
+        .env("MINFER_DATA", root.join("tests/data"))
+        .env("MINFER_REPORT", &report)
+        .env("PYTHONUNBUFFERED", "1")
+        .output()
+        .expect("run the Python server tests");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(out.status.success(), "server tests failed:\n{text}");
+    let load: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("the load run wrote its report")).unwrap();
+    assert_eq!(load["errors"], 0);
+    assert_eq!(load["requests"], 60);
+    std::fs::remove_file(report).ok();
+}
