@@ -13,3 +13,4 @@ pub use logprobs::{TokenLogprobs, token_logprobs};
 pub use run::{GenerateError, GenerateParams, Generation, Generator, StepOutput, StopReason, generate};
 pub use sampler::{Sampler, SamplerError, SamplerParams, argmax};
 pub use stop::{StopOutcome, StopStrings};
+pub(crate) use stop::longest_suffix_prefix;

@@ -51,7 +51,7 @@ impl StopStrings {
 
 /// Length in bytes of the longest suffix of `text` that is a proper prefix of `stop`, ending on
 /// a char boundary of `text`.
-fn longest_suffix_prefix(text: &str, stop: &str) -> usize {
+pub(crate) fn longest_suffix_prefix(text: &str, stop: &str) -> usize {
     let max = text.len().min(stop.len().saturating_sub(1));
     (1..=max)
         .rev()

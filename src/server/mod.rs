@@ -4,7 +4,8 @@
 //! - [`routes`]: the router, API key, request counting, `/health`, `/metrics`, `/v1/models`,
 //!   `/tokenize`, `/detokenize`, 404/405;
 //! - [`openai`]: `/v1/chat/completions` and `/v1/completions`; [`request`] reads their
-//!   bodies ([`fields`] has the typed reads), [`response`] and [`stream`] write them;
+//!   bodies ([`fields`] has the typed reads), [`response`] and [`stream`] write them, and
+//!   [`tools`] finds tool calls in answers;
 //! - [`admission`]: the bound on requests inside the server (`--slots` + `--queue`);
 //! - [`scheduler`]: the inference thread, which interleaves the [`slot`]s' forward passes;
 //! - [`metrics`]: the Prometheus counters; [`error`]: errors in the OpenAI shape.
@@ -23,6 +24,7 @@ pub mod scheduler;
 pub mod slot;
 pub mod state;
 pub mod stream;
+pub mod tools;
 
 pub use error::{ApiError, ServeError};
 pub use state::{AppState, ServeConfig};

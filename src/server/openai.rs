@@ -25,6 +25,7 @@ use super::response::{Api, Logprobs, Meta, new_id};
 use super::slot::{Event, Job};
 use super::state::{AppState, Loaded, unix_now};
 use super::stream::EventStream;
+use super::tools::ToolCallSplitter;
 use crate::generate::GenerateParams;
 use crate::tokenizer::Tokenizer;
 
@@ -47,6 +48,8 @@ struct Prepared {
     /// The prompt as text (for the fault-injection lever and completions' `echo`).
     text: String,
     echo: bool,
+    /// Tools were offered: parse `<tool_call>` blocks out of the answer.
+    tools: bool,
     opts: GenOptions,
 }
 
@@ -73,6 +76,7 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Byte
         let template = m.template.clone().ok_or_else(|| {
             ApiError::param("messages", "this model has no chat template; use /v1/completions with a formatted prompt")
         })?;
+        let tools = req.tools.is_some();
         let opts = m.render_options(req.tools, req.template_kwargs);
         let tok = m.tok.clone();
         let messages = req.messages;
@@ -83,7 +87,7 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Byte
             Ok((encode(&tok, &text, true), text))
         })
         .await?;
-        generate(&st, m, ticket, Prepared { ids, text, echo: false, opts: req.opts }, Api::Chat).await
+        generate(&st, m, ticket, Prepared { ids, text, echo: false, tools, opts: req.opts }, Api::Chat).await
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -105,7 +109,7 @@ pub async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, By
             })
         })
         .await?;
-        generate(&st, m, ticket, Prepared { ids, text, echo: req.echo, opts: req.opts }, Api::Completion).await
+        generate(&st, m, ticket, Prepared { ids, text, echo: req.echo, tools: false, opts: req.opts }, Api::Completion).await
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -141,7 +145,7 @@ async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: A
         if let Event::Failed(e) = first {
             return Err(e);
         }
-        let mut s = EventStream::new(rx, m.tok.clone(), meta, p.opts.include_usage, &prefix);
+        let mut s = EventStream::new(rx, m.tok.clone(), meta, p.opts.include_usage, &prefix, p.tools);
         s.push(first);
         return Ok(s.into_response());
     }
@@ -156,7 +160,15 @@ async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: A
             }
             Event::Done(f) => {
                 let lp = p.opts.n_probs.map(|_| logprobs.to_json(&m.tok, api, offset0));
-                return Ok(AxJson(meta.complete(&text, lp, &f)).into_response());
+                let (text, calls) = if p.tools {
+                    let mut split = ToolCallSplitter::default();
+                    let shown = split.push(&text);
+                    let (tail, calls) = split.finish();
+                    (shown + &tail, calls)
+                } else {
+                    (text, Vec::new())
+                };
+                return Ok(AxJson(meta.complete(&text, &calls, lp, &f)).into_response());
             }
             Event::Failed(e) => return Err(e),
         }

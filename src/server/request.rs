@@ -165,6 +165,17 @@ fn message(i: usize, v: &Json) -> Result<ChatMessage, ApiError> {
     }
     let mut msg: ChatMessage =
         serde_json::from_value(v.clone()).map_err(|_| ApiError::param(format!("messages[{i}]"), "is not a valid message"))?;
+    if let Some(Json::Array(calls)) = &mut msg.tool_calls {
+        // OpenAI sends a call's arguments as JSON text; templates (Qwen's `arguments | tojson`)
+        // expect the object, as llama-server gives them.
+        for call in calls.iter_mut() {
+            if let Some(args) = call.pointer_mut("/function/arguments") {
+                if let Some(obj) = args.as_str().and_then(|t| serde_json::from_str::<Json>(t).ok()).filter(Json::is_object) {
+                    *args = obj;
+                }
+            }
+        }
+    }
     if role == "developer" {
         // OpenAI's newer name for the system role; chat templates know "system".
         msg.role = "system".into();
@@ -302,6 +313,19 @@ mod tests {
         assert!(r.opts.stream && r.opts.include_usage);
         assert_eq!(r.opts.n_probs, Some(2));
         assert_eq!(r.opts.sampler.logit_bias, vec![(5, f32::NEG_INFINITY), (6, 2.5)]);
+    }
+
+    #[test]
+    fn tool_call_arguments_become_objects_for_the_template() {
+        let r = chat(json!({"messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{\"city\": \"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]}))
+        .unwrap();
+        assert_eq!(r.messages[1].content, Some(Json::Null));
+        assert_eq!(r.messages[1].tool_calls.as_ref().unwrap()[0]["function"]["arguments"], json!({"city": "Paris"}));
+        assert_eq!(r.messages[2].role, "tool");
     }
 
     #[test]

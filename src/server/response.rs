@@ -4,6 +4,7 @@
 use serde_json::{Value as Json, json};
 
 use super::slot::{Finished, TokenEvent};
+use super::tools::ToolCall;
 use crate::generate::TokenLogprobs;
 use crate::tokenizer::Tokenizer;
 
@@ -102,6 +103,11 @@ impl Logprobs {
     }
 }
 
+/// `tool_calls` when the answer called tools, else `stop` or `length`.
+fn finish_reason(f: &Finished, calls: &[ToolCall]) -> &'static str {
+    if calls.is_empty() { f.finish_reason() } else { "tool_calls" }
+}
+
 pub fn usage(f: &Finished) -> Json {
     json!({
         "prompt_tokens": f.prompt_tokens,
@@ -144,15 +150,19 @@ impl Meta {
     }
 
     /// The whole response of a non-streamed request.
-    pub fn complete(&self, text: &str, logprobs: Option<Json>, f: &Finished) -> Json {
+    pub fn complete(&self, text: &str, calls: &[ToolCall], logprobs: Option<Json>, f: &Finished) -> Json {
         let logprobs = logprobs.unwrap_or(Json::Null);
         let choice = match self.api {
-            Api::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": logprobs,
-                "finish_reason": f.finish_reason(),
-            }),
+            Api::Chat => {
+                let mut message = json!({"role": "assistant", "content": text});
+                if !calls.is_empty() {
+                    if text.trim().is_empty() {
+                        message["content"] = Json::Null;
+                    }
+                    message["tool_calls"] = self.tool_calls(calls);
+                }
+                json!({"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason(f, calls)})
+            }
             Api::Completion => json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": f.finish_reason()}),
         };
         let mut v = self.envelope(false, json!([choice]));
@@ -174,10 +184,20 @@ impl Meta {
         self.with_usage_slot(self.envelope(true, json!([choice])), include_usage)
     }
 
+    /// The chat chunk that carries the tool calls.
+    pub fn tool_calls_chunk(&self, calls: &[ToolCall], include_usage: bool) -> Json {
+        let choice = json!({"index": 0, "delta": {"tool_calls": self.tool_calls(calls)}, "logprobs": null, "finish_reason": null});
+        self.with_usage_slot(self.envelope(true, json!([choice])), include_usage)
+    }
+
+    fn tool_calls(&self, calls: &[ToolCall]) -> Json {
+        Json::Array(calls.iter().enumerate().map(|(i, c)| c.to_json(&self.id, i)).collect())
+    }
+
     /// The chunk that ends the choice, with its `finish_reason`.
-    pub fn final_chunk(&self, f: &Finished, include_usage: bool) -> Json {
+    pub fn final_chunk(&self, f: &Finished, calls: &[ToolCall], include_usage: bool) -> Json {
         let choice = match self.api {
-            Api::Chat => json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": f.finish_reason()}),
+            Api::Chat => json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": finish_reason(f, calls)}),
             Api::Completion => json!({"index": 0, "text": "", "logprobs": null, "finish_reason": f.finish_reason()}),
         };
         let mut v = self.with_usage_slot(self.envelope(true, json!([choice])), include_usage);

@@ -19,6 +19,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::error::ApiError;
 use super::response::{Logprobs, Meta};
 use super::slot::Event;
+use super::tools::ToolCallSplitter;
 use crate::tokenizer::Tokenizer;
 
 pub struct EventStream {
@@ -31,6 +32,8 @@ pub struct EventStream {
     role_sent: bool,
     /// Bytes of text sent so far (completions' `text_offset`).
     offset: usize,
+    /// When the request offered tools: holds back `<tool_call>` blocks.
+    tools: Option<ToolCallSplitter>,
     ended: bool,
 }
 
@@ -39,9 +42,10 @@ fn frame(v: &Json) -> Bytes {
 }
 
 impl EventStream {
-    /// A stream that starts with `prefix` text (completions' `echo`).
-    pub fn new(rx: UnboundedReceiver<Event>, tok: Arc<Tokenizer>, meta: Meta, include_usage: bool, prefix: &str) -> EventStream {
-        let mut s = EventStream { rx, tok, meta, include_usage, frames: VecDeque::new(), role_sent: false, offset: 0, ended: false };
+    /// A stream that starts with `prefix` text (completions' `echo`); `tools`: parse tool calls.
+    pub fn new(rx: UnboundedReceiver<Event>, tok: Arc<Tokenizer>, meta: Meta, include_usage: bool, prefix: &str, tools: bool) -> EventStream {
+        let tools = tools.then(ToolCallSplitter::default);
+        let mut s = EventStream { rx, tok, meta, include_usage, frames: VecDeque::new(), role_sent: false, offset: 0, tools, ended: false };
         if !prefix.is_empty() {
             s.text_frame(prefix, None);
         }
@@ -62,15 +66,23 @@ impl EventStream {
                 let mut lp = Logprobs::default();
                 lp.push(&self.tok, &t);
                 let logprobs = (!lp.is_empty()).then(|| lp.to_json(&self.tok, self.meta.api, self.offset));
-                if !t.text.is_empty() || logprobs.is_some() {
-                    self.text_frame(&t.text, logprobs);
+                let text = match &mut self.tools {
+                    Some(split) => split.push(&t.text),
+                    None => t.text,
+                };
+                if !text.is_empty() || logprobs.is_some() {
+                    self.text_frame(&text, logprobs);
                 }
             }
             Event::Done(f) => {
-                if !self.role_sent {
-                    self.text_frame("", None);
+                let (tail, calls) = self.tools.as_mut().map(ToolCallSplitter::finish).unwrap_or_default();
+                if !self.role_sent || !tail.is_empty() {
+                    self.text_frame(&tail, None);
                 }
-                self.frames.push_back(frame(&self.meta.final_chunk(&f, self.include_usage)));
+                if !calls.is_empty() {
+                    self.frames.push_back(frame(&self.meta.tool_calls_chunk(&calls, self.include_usage)));
+                }
+                self.frames.push_back(frame(&self.meta.final_chunk(&f, &calls, self.include_usage)));
                 if self.include_usage {
                     self.frames.push_back(frame(&self.meta.usage_chunk(&f)));
                 }
