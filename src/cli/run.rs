@@ -35,11 +35,7 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
             (model_files::render_chat(&f, &tok, &req, true)?, true)
         }
     };
-    let mut ids = Vec::new();
-    if tok.add_bos() {
-        ids.extend(tok.bos_id());
-    }
-    ids.extend(tok.encode(&text, parse_special));
+    let ids = tok.encode_prompt(&text, parse_special);
     let mut engine = a.engine.engine(Arc::new(f), ids.len())?;
     if a.dump_graph.is_some() || a.dump_graph_json.is_some() {
         return super::dump::dump_graphs(&engine, ids.len(), a.dump_graph.as_deref(), a.dump_graph_json.as_deref());

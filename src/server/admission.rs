@@ -34,7 +34,7 @@ impl Admission {
 
     /// A ticket, or `QueueFull` when every slot is busy and the queue is full.
     pub fn try_admit(self: &Arc<Self>) -> Result<Ticket, ApiError> {
-        let cap = self.slots + self.queue;
+        let cap = self.slots.saturating_add(self.queue);
         self.inside
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < cap).then_some(n + 1))
             .map_err(|n| ApiError::QueueFull { slots: self.slots, queued: n.saturating_sub(self.slots), queue: self.queue })?;

@@ -50,6 +50,8 @@ pub enum ApiError {
     QueueFull { slots: usize, queued: usize, queue: usize },
     #[error("the model is loading")]
     Loading,
+    #[error("the inference thread has stopped after a fault; restart the server")]
+    Stopped,
     #[error("the request took longer than the server's --timeout of {secs} s")]
     Timeout { secs: u64 },
     /// A real fault inside the server: an inference error or a caught panic.
@@ -71,7 +73,7 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::QueueFull { .. } | ApiError::Loading => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::QueueFull { .. } | ApiError::Loading | ApiError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -88,7 +90,7 @@ impl ApiError {
             ApiError::ExceedContext { .. } => "exceed_context_size_error",
             ApiError::Unauthorized => "authentication_error",
             ApiError::NotFound { .. } => "not_found_error",
-            ApiError::QueueFull { .. } | ApiError::Loading => "unavailable_error",
+            ApiError::QueueFull { .. } | ApiError::Loading | ApiError::Stopped => "unavailable_error",
             ApiError::Timeout { .. } => "timeout_error",
             ApiError::Internal(_) => "server_error",
         }

@@ -27,7 +27,6 @@ use super::state::{AppState, Loaded, unix_now};
 use super::stream::EventStream;
 use super::tools::ToolCallSplitter;
 use crate::generate::GenerateParams;
-use crate::tokenizer::Tokenizer;
 
 /// Longest template error message passed back (it may quote the conversation).
 const TEMPLATE_ERROR_LIMIT: usize = 200;
@@ -53,16 +52,6 @@ struct Prepared {
     opts: GenOptions,
 }
 
-/// Token ids of a prompt text, as `minfer run` makes them: BOS when the model asks for one.
-fn encode(tok: &Tokenizer, text: &str, parse_special: bool) -> Vec<u32> {
-    let mut ids = Vec::new();
-    if tok.add_bos() {
-        ids.extend(tok.bos_id());
-    }
-    ids.extend(tok.encode(text, parse_special));
-    ids
-}
-
 /// Runs blocking work (template render, tokenization) off the async runtime.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::Internal(format!("prompt preparation failed: {e}")))?
@@ -84,7 +73,7 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Byte
             let text = template
                 .render(&messages, &opts)
                 .map_err(|e| ApiError::param("messages", format!("the chat template refused them: {}", bounded_to(&e.to_string(), TEMPLATE_ERROR_LIMIT))))?;
-            Ok((encode(&tok, &text, true), text))
+            Ok((tok.encode_prompt(&text, true), text))
         })
         .await?;
         generate(&st, m, ticket, Prepared { ids, text, echo: false, tools, opts: req.opts }, Api::Chat).await
@@ -101,7 +90,7 @@ pub async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, By
         let (ids, text) = blocking(move || {
             Ok(match req.prompt {
                 // llama-server parses special tokens in a text prompt.
-                Prompt::Text(t) => (encode(&tok, &t, true), t),
+                Prompt::Text(t) => (tok.encode_prompt(&t, true), t),
                 Prompt::Ids(ids) => {
                     let text = tok.decode(&ids).map_err(|e| ApiError::param("prompt", e.to_string()))?;
                     (ids, text)
@@ -127,12 +116,14 @@ async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: A
         n_probs: p.opts.n_probs,
     };
     let (tx, mut rx) = unbounded_channel();
+    // A limit too far away to represent is no limit.
+    let deadline = (timeout > 0).then(|| Instant::now().checked_add(Duration::from_secs(timeout))).flatten();
     let inject_panic = st.cfg.inject_panic.as_deref().is_some_and(|s| p.text.contains(s));
     m.inference.submit(Job {
         prompt: p.ids,
         params,
         events: tx,
-        deadline: (timeout > 0).then(|| Instant::now() + Duration::from_secs(timeout)),
+        deadline,
         timeout_secs: timeout,
         inject_panic,
         ticket,

@@ -11,8 +11,10 @@ use super::fields::{Fields, kind_of};
 use crate::chat::ChatMessage;
 use crate::generate::SamplerParams;
 
-/// Most stop strings a request may give.
+/// Most stop strings a request may give, and their longest length in bytes (every stop
+/// string is searched for after every token, on the thread all slots share).
 pub const MAX_STOPS: usize = 16;
+pub const MAX_STOP_BYTES: usize = 1024;
 /// Most alternatives `top_logprobs` / `logprobs` may ask for.
 pub const MAX_TOP_LOGPROBS: i64 = 20;
 
@@ -78,6 +80,9 @@ fn fresh_seed() -> u64 {
 
 fn logit_bias(f: &Fields, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
     let Some(m) = f.object("logit_bias")? else { return Ok(Vec::new()) };
+    if m.len() > n_vocab {
+        return Err(ApiError::param("logit_bias", format!("lists more tokens than the vocabulary's {n_vocab}")));
+    }
     let mut out = Vec::with_capacity(m.len());
     for (key, v) in m {
         let id = key
@@ -92,7 +97,32 @@ fn logit_bias(f: &Fields, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
         // As in OpenAI's API, -100 bans the token.
         out.push((id, if bias <= -100.0 { f32::NEG_INFINITY } else { bias as f32 }));
     }
+    // Keys are distinct, so this counts distinct banned tokens.
+    if out.iter().filter(|(_, b)| *b == f32::NEG_INFINITY).count() >= n_vocab {
+        return Err(ApiError::param("logit_bias", "bans every token: nothing could be generated"));
+    }
     Ok(out)
+}
+
+/// `seed`: any 64-bit integer, signed or not (negative ones wrap).
+fn seed(f: &Fields) -> Result<Option<u64>, ApiError> {
+    match f.get("seed") {
+        None => Ok(None),
+        Some(Json::Number(n)) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => Ok(Some(u)),
+            (None, Some(i)) => Ok(Some(i as u64)),
+            _ => Err(ApiError::param("seed", format!("must be an integer, got {n}"))),
+        },
+        Some(v) => Err(ApiError::param("seed", format!("must be an integer, got {}", kind_of(v)))),
+    }
+}
+
+fn stops(f: &Fields) -> Result<Vec<String>, ApiError> {
+    let stops = f.strings("stop", MAX_STOPS)?;
+    if let Some(i) = stops.iter().position(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::param(format!("stop[{i}]"), format!("must be at most {MAX_STOP_BYTES} bytes long")));
+    }
+    Ok(stops)
 }
 
 fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOptions, ApiError> {
@@ -113,7 +143,7 @@ fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOp
         presence_penalty: f.f32_in("presence_penalty", -2.0, 2.0)?.unwrap_or(d.presence_penalty),
         frequency_penalty: f.f32_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(d.frequency_penalty),
         penalty_last_n: f.int_in("repeat_last_n", 0, i64::from(u32::MAX))?.map_or(d.penalty_last_n, |n| n as usize),
-        seed: f.int_in("seed", i64::MIN, i64::MAX)?.map_or_else(fresh_seed, |s| s as u64),
+        seed: seed(f)?.unwrap_or_else(fresh_seed),
         logit_bias: logit_bias(f, n_vocab)?,
     };
     if sampler.repeat_penalty == 0.0 {
@@ -142,7 +172,7 @@ fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOp
     Ok(GenOptions {
         max_tokens: max_tokens.map(|n| n as usize),
         sampler,
-        stop: f.strings("stop", MAX_STOPS)?,
+        stop: stops(f)?,
         stream,
         include_usage,
         n_probs,
@@ -313,6 +343,17 @@ mod tests {
         assert!(r.opts.stream && r.opts.include_usage);
         assert_eq!(r.opts.n_probs, Some(2));
         assert_eq!(r.opts.sampler.logit_bias, vec![(5, f32::NEG_INFINITY), (6, 2.5)]);
+        let seed = |v: Json| chat(json!({"messages": [{"role": "user", "content": "x"}], "seed": v})).unwrap().opts.sampler.seed;
+        assert_eq!(seed(json!(u64::MAX)), u64::MAX);
+        assert_eq!(seed(json!(-1)), u64::MAX);
+        assert_ne!(seed(json!(u64::MAX - 1)), seed(json!(u64::MAX)));
+    }
+
+    #[test]
+    fn banning_every_token_is_refused() {
+        let all: Map<String, Json> = (0..1000).map(|i| (i.to_string(), json!(-100))).collect();
+        let r = chat(json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": all}));
+        assert_eq!(param_of(r.unwrap_err()), "logit_bias");
     }
 
     #[test]
@@ -349,6 +390,9 @@ mod tests {
             (json!({"messages": msgs, "logit_bias": {"99999": 1}}), "logit_bias"),
             (json!({"messages": msgs, "response_format": {"type": "json_object"}}), "response_format"),
             (json!({"messages": msgs, "presence_penalty": 3}), "presence_penalty"),
+            (json!({"messages": msgs, "stop": ["ok", "x".repeat(2000)]}), "stop[1]"),
+            (json!({"messages": msgs, "seed": "7"}), "seed"),
+            (json!({"messages": msgs, "seed": 1.5}), "seed"),
         ];
         for (body, param) in cases {
             assert_eq!(param_of(chat(body.clone()).unwrap_err()), param, "{body}");

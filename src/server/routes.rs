@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json as AxJson, Router};
 use serde_json::{Value as Json, json};
+use tower_http::catch_panic::CatchPanicLayer;
 
 use super::error::{ApiError, bounded};
 use super::fields::{Fields, kind_of, parse_object};
@@ -39,9 +40,18 @@ pub fn router(st: Arc<AppState>) -> Router {
         .merge(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(CatchPanicLayer::custom(handler_panicked))
         .layer(from_fn_with_state(st.clone(), count_status))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(st)
+}
+
+/// A panic in a handler (a bug: inference has its own guard) is a 500 in the OpenAI shape,
+/// not a dropped connection.
+fn handler_panicked(panic: Box<dyn std::any::Any + Send>) -> Response {
+    let what = super::slot::panic_text(&*panic);
+    eprintln!("minfer serve: a request handler panicked: {what}");
+    ApiError::Internal(format!("the request handler panicked: {}", bounded(&what))).into_response()
 }
 
 /// Constant-time comparison, so the key cannot be guessed byte by byte from timings.
@@ -54,8 +64,10 @@ async fn require_key(State(st): State<Arc<AppState>>, headers: HeaderMap, req: R
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(|v| v.split_once(' '))
+            // RFC 7235: the scheme is case-insensitive.
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim());
         if !given.is_some_and(|g| same(g.as_bytes(), key.as_bytes())) {
             return ApiError::Unauthorized.into_response();
         }
@@ -73,7 +85,7 @@ async fn count_status(State(st): State<Arc<AppState>>, req: Request, next: Next)
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
-    ApiError::NotFound { method: method.to_string(), path: bounded(uri.path()) }
+    ApiError::NotFound { method: bounded(method.as_str()), path: bounded(uri.path()) }
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
@@ -161,6 +173,10 @@ async fn detokenize(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRe
         Some(v) => return Err(ApiError::param("tokens", format!("must be an array of token ids, got {}", kind_of(v)))),
     };
     let ids = token_ids("tokens", items, m.n_vocab)?;
-    let content = m.tok.decode(&ids).map_err(|e| ApiError::param("tokens", e.to_string()))?;
+    let tok = m.tok.clone();
+    let content = tokio::task::spawn_blocking(move || tok.decode(&ids))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(|e| ApiError::param("tokens", e.to_string()))?;
     Ok(AxJson(json!({ "content": content })))
 }

@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 
 use super::error::{ApiError, ServeError};
@@ -21,15 +22,34 @@ use crate::tokenizer::Tokenizer;
 pub struct InferenceHandle {
     tx: Sender<Job>,
     metrics: Arc<Metrics>,
+    alive: Arc<AtomicBool>,
 }
 
 impl InferenceHandle {
     pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+        if !self.alive() {
+            return Err(ApiError::Stopped);
+        }
         self.metrics.queued_add();
         self.tx.send(job).map_err(|_| {
             self.metrics.queued_sub();
-            ApiError::Internal("the inference thread has stopped".into())
+            ApiError::Stopped
         })
+    }
+
+    /// False once the inference thread has ended (it only ends by a fault: `/health` then
+    /// answers 503).
+    pub fn alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+}
+
+/// Clears the liveness flag when the inference thread ends, panicking or not.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -52,11 +72,16 @@ pub fn start(setup: InferenceSetup) -> Result<InferenceHandle, ServeError> {
     let (tx, rx) = channel();
     let metrics = setup.metrics.clone();
     metrics.set_slots(setup.n_slots);
+    let alive = Arc::new(AtomicBool::new(true));
+    let guard = AliveGuard(alive.clone());
     std::thread::Builder::new()
         .name("minfer-infer".into())
-        .spawn(move || run(setup, shared, engines, rx))
+        .spawn(move || {
+            let _guard = guard;
+            run(setup, shared, engines, rx)
+        })
         .map_err(ServeError::Thread)?;
-    Ok(InferenceHandle { tx, metrics })
+    Ok(InferenceHandle { tx, metrics, alive })
 }
 
 fn run(setup: InferenceSetup, shared: EngineShared, engines: Vec<Engine>, rx: Receiver<Job>) {

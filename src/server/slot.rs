@@ -73,6 +73,15 @@ pub struct Slot<'t> {
     task: Option<Task<'t>>,
 }
 
+/// A panic's message, when it has one.
+pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 impl Job {
     /// Sends `ev` unless the client is gone.
     fn send(&self, ev: Event) {
@@ -109,12 +118,15 @@ impl<'t> Slot<'t> {
     /// Takes a request: the KV is forgotten, the prompt checked against the slot's context.
     pub fn start(&mut self, tok: &'t Tokenizer, job: Job) {
         self.engine.reset();
-        match Generator::new(&self.engine, tok, &job.prompt, &job.params) {
-            Ok(generator) => self.task = Some(Task { job, generator }),
-            Err(GenerateError::PromptTooLong { n_prompt, n_ctx, .. }) => {
+        let engine = &self.engine;
+        let made = catch_unwind(AssertUnwindSafe(|| Generator::new(engine, tok, &job.prompt, &job.params)));
+        match made {
+            Ok(Ok(generator)) => self.task = Some(Task { job, generator }),
+            Ok(Err(GenerateError::PromptTooLong { n_prompt, n_ctx, .. })) => {
                 job.fail(ApiError::ExceedContext { n_prompt_tokens: n_prompt, n_ctx })
             }
-            Err(e) => job.fail(ApiError::Internal(e.to_string())),
+            Ok(Err(e)) => job.fail(ApiError::Internal(e.to_string())),
+            Err(panic) => job.fail(ApiError::Internal(format!("starting the generation panicked: {}", panic_text(&*panic)))),
         }
     }
 
@@ -168,11 +180,7 @@ impl<'t> Slot<'t> {
             Ok(Err(e)) => self.end(Event::Failed(ApiError::Internal(e.to_string()))),
             Err(panic) => {
                 metrics.panicked();
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
+                let what = panic_text(&*panic);
                 eprintln!("minfer serve: inference panicked: {what}; the slot's engine is rebuilt");
                 if let Some(fresh) = rebuild() {
                     self.engine = fresh;

@@ -93,9 +93,13 @@ impl AppState {
         Arc::new(AppState { cfg, metrics: Arc::new(Metrics::default()), admission, loaded: OnceLock::new() })
     }
 
-    /// The loaded model, or 503 while it loads.
+    /// The loaded model, or 503 while it loads (or after its inference thread died).
     pub fn model(&self) -> Result<&Loaded, ApiError> {
-        self.loaded.get().ok_or(ApiError::Loading)
+        let m = self.loaded.get().ok_or(ApiError::Loading)?;
+        if !m.inference.alive() {
+            return Err(ApiError::Stopped);
+        }
+        Ok(m)
     }
 
     /// Opens the model file (its header and metadata: quick), so that a missing or malformed

@@ -157,6 +157,19 @@ impl Tokenizer {
         out
     }
 
+    /// The ids of a prompt to evaluate: [`Tokenizer::encode`], with BOS first when the model
+    /// asks for one ([`Tokenizer::add_bos`]) and the text does not already begin with it (a
+    /// chat template that writes `{{ bos_token }}`, parsed with special tokens).
+    pub fn encode_prompt(&self, text: &str, parse_special: bool) -> Vec<u32> {
+        let mut ids = self.encode(text, parse_special);
+        if let Some(bos) = self.bos_id().filter(|_| self.add_bos) {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+        ids
+    }
+
     /// Like [`Tokenizer::encode`], for bytes that should be UTF-8; anything else is an error.
     pub fn encode_bytes(&self, bytes: &[u8], parse_special: bool) -> Result<Vec<u32>, TokenizerError> {
         let text = std::str::from_utf8(bytes).map_err(|e| TokenizerError::InvalidUtf8 {
