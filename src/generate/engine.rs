@@ -14,6 +14,8 @@ use crate::graph::{
 use crate::models::Model;
 use crate::vec_ops::{Pool, PoolError};
 
+pub mod kv;
+
 /// Engine settings.
 #[derive(Debug, Clone)]
 pub struct EngineParams {
@@ -124,6 +126,16 @@ pub enum EngineError {
     ZeroContext,
     #[error("n_out {n_out} must be between 1 and the {n_tokens} tokens evaluated")]
     BadOutputRows { n_out: usize, n_tokens: usize },
+    #[error("the KV cells are not at their positions (cell {cell} holds position {pos}): apply kv_shift before evaluating")]
+    KvNotAligned { cell: usize, pos: i32 },
+    #[error("KV range {p0}..{p1} is not within the {n_past} cells in use")]
+    KvRange { p0: usize, p1: usize, n_past: usize },
+    #[error("shifting positions {p0}..{p1} by {delta} would make a position negative")]
+    KvShiftBelowZero { p0: usize, p1: usize, delta: i32 },
+    #[error("context shift: keeping {keep} tokens leaves no room in n_ctx {n_ctx} for {n_new} new ones")]
+    ShiftTooSmall { keep: usize, n_new: usize, n_ctx: usize },
+    #[error("KV edit: {0}")]
+    Kv(String),
     #[error("node dump to {dir}: {err}")]
     Dump { dir: String, err: std::io::Error },
 }
@@ -159,7 +171,10 @@ pub struct Engine {
     /// The CPU backend's workers; a forward pass runs inside [`Pool::install`].
     pool: Arc<Pool>,
     cparams: CParams,
-    n_past: usize,
+    /// The tokens in the KV, one per cell (cell i holds position i when `aligned`).
+    tokens: Vec<u32>,
+    /// The position each cell's K was rotated with (RoPE); see `kv.rs`.
+    cell_pos: Vec<i32>,
     last: Option<EvalInfo>,
     dump: Option<NodeDump>,
 }
@@ -188,7 +203,8 @@ impl Engine {
             cache: GraphCache::new(alloc),
             sched: BackendScheduler::with_trace(p.trace),
             cparams,
-            n_past: 0,
+            tokens: Vec::new(),
+            cell_pos: Vec::new(),
             last: None,
             dump: p.dump.clone(),
         })
@@ -204,7 +220,12 @@ impl Engine {
 
     /// Tokens already in the KV (the next token's position).
     pub fn n_past(&self) -> usize {
-        self.n_past
+        self.tokens.len()
+    }
+
+    /// The tokens in the KV, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -213,7 +234,8 @@ impl Engine {
 
     /// Forgets the sequence; the KV regions are kept and overwritten.
     pub fn reset(&mut self) {
-        self.n_past = 0;
+        self.tokens.clear();
+        self.cell_pos.clear();
     }
 
     pub fn last_eval(&self) -> Option<EvalInfo> {
@@ -248,11 +270,13 @@ impl Engine {
         if nt == 0 {
             return Err(EngineError::NoTokens);
         }
+        self.check_aligned()?;
+        let n_past = self.n_past();
         if n_out == 0 || n_out > nt {
             return Err(EngineError::BadOutputRows { n_out, n_tokens: nt });
         }
-        if self.n_past + nt > self.cparams.n_ctx {
-            return Err(EngineError::ContextFull { n_past: self.n_past, n_tokens: nt, n_ctx: self.cparams.n_ctx });
+        if n_past + nt > self.cparams.n_ctx {
+            return Err(EngineError::ContextFull { n_past, n_tokens: nt, n_ctx: self.cparams.n_ctx });
         }
         let n_vocab = self.n_vocab();
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
@@ -263,7 +287,7 @@ impl Engine {
         let prepared = self.cache.prepare(&params, &self.sched, |p| model.def.build_graph(p))?;
         self.last = Some(EvalInfo { prepared });
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let positions: Vec<i32> = (self.n_past..self.n_past + nt).map(|p| p as i32).collect();
+        let positions: Vec<i32> = (n_past..n_past + nt).map(|p| p as i32).collect();
         let (graph, alloc) = self.cache.current().ok_or(GraphError::NoGraph)?;
         alloc.fill_input_i32(graph, "token_ids", &ids)?;
         alloc.fill_input_i32(graph, "positions", &positions)?;
@@ -272,13 +296,13 @@ impl Engine {
             alloc.fill_input_i32(graph, "tail_ids", &tail)?;
         }
         let out = *graph.outputs.first().ok_or(GraphError::NoGraph)?;
-        match self.dump.as_ref().filter(|d| (self.n_past..self.n_past + nt).contains(&d.pos)) {
+        match self.dump.as_ref().filter(|d| (n_past..n_past + nt).contains(&d.pos)) {
             None => {
                 let (cache, sched) = (&mut self.cache, &self.sched);
                 self.pool.install(|| cache.execute(sched))?
             }
             Some(d) => {
-                let t = d.pos - self.n_past;
+                let t = d.pos - n_past;
                 let io = |err| EngineError::Dump { dir: d.dir.display().to_string(), err };
                 std::fs::create_dir_all(&d.dir).map_err(io)?;
                 let (mut seen, mut index, mut failed) = (Default::default(), String::new(), None);
@@ -295,7 +319,8 @@ impl Engine {
         }
         let (_, alloc) = self.cache.current().ok_or(GraphError::NoGraph)?;
         let logits = alloc.copy_to_cpu(out)?;
-        self.n_past += nt;
+        self.tokens.extend_from_slice(tokens);
+        self.cell_pos.extend_from_slice(&positions);
         Ok(logits)
     }
 
@@ -305,9 +330,9 @@ impl Engine {
         if tokens.is_empty() {
             return Err(EngineError::NoTokens);
         }
-        if self.n_past + tokens.len() > self.cparams.n_ctx {
+        if self.n_past() + tokens.len() > self.cparams.n_ctx {
             return Err(EngineError::ContextFull {
-                n_past: self.n_past,
+                n_past: self.n_past(),
                 n_tokens: tokens.len(),
                 n_ctx: self.cparams.n_ctx,
             });

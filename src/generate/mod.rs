@@ -1,5 +1,6 @@
 //! Text generation: sampling, stop conditions, and the prefill → decode loop.
 
+mod conversation;
 mod engine;
 mod logprobs;
 mod rng;
@@ -7,6 +8,8 @@ mod run;
 mod sampler;
 mod stop;
 
+pub use conversation::{Conversation, ConversationError, ConversationParams, Turn, TurnStats};
+pub use engine::kv::KvSnapshot;
 pub use engine::{Engine, EngineError, EngineParams, EngineShared, EvalInfo, NodeDump, default_threads, trace_from_env};
 pub use rng::SampleRng;
 pub use logprobs::{TokenLogprobs, token_logprobs};

@@ -117,6 +117,21 @@ impl<'t> Generator<'t> {
         if n_past + prompt.len() > n_ctx {
             return Err(GenerateError::PromptTooLong { n_prompt: prompt.len(), n_ctx, n_past });
         }
+        Generator::start(tok, prompt, 0, Vec::new(), p)
+    }
+
+    /// A generator whose context is already evaluated: `context` is in `engine`'s KV and
+    /// `logits` are those of its last token (a conversation prefills its turns itself).
+    /// `context` feeds the repetition penalties and becomes the [`Generation::prompt_ids`].
+    pub fn resume(tok: &'t Tokenizer, context: &[u32], logits: Vec<f32>, p: &GenerateParams) -> Result<Generator<'t>, GenerateError> {
+        if context.is_empty() || logits.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        Generator::start(tok, context, context.len(), logits, p)
+    }
+
+    /// `prompt[..prefilled]` is already in the KV, with `logits` those of its last token.
+    fn start(tok: &'t Tokenizer, prompt: &[u32], prefilled: usize, logits: Vec<f32>, p: &GenerateParams) -> Result<Generator<'t>, GenerateError> {
         let mut sampler = Sampler::new(p.sampler.clone())?;
         prompt.iter().for_each(|&t| sampler.accept(t));
         Ok(Generator {
@@ -125,8 +140,8 @@ impl<'t> Generator<'t> {
             sampler,
             stream: tok.stream_decoder(),
             stops: StopStrings::new(p.stop.iter().cloned()),
-            prefilled: 0,
-            logits: Vec::new(),
+            prefilled,
+            logits,
             out: Generation {
                 prompt_ids: prompt.to_vec(),
                 generated_ids: Vec::new(),

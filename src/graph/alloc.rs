@@ -445,6 +445,21 @@ impl GraphAllocator {
         Ok((self.copy_buf(pair.k)?, self.copy_buf(pair.v)?))
     }
 
+    /// Overwrites the layer's K and V regions from host copies of their full length.
+    pub fn write_kv_from_cpu(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<(), GraphError> {
+        let pair = self.kv_pair(layer).ok_or_else(|| GraphError::KvMissing {
+            node: format!("kv.{layer}"),
+            layer,
+        })?;
+        self.pool_mut(pair.k.backend)?.write_host(pair.k.id, k)?;
+        self.pool_mut(pair.v.backend)?.write_host(pair.v.id, v)
+    }
+
+    /// Layers with KV regions, in order.
+    pub fn kv_layers(&self) -> Vec<usize> {
+        self.kv.keys().copied().collect()
+    }
+
     fn copy_buf(&mut self, buf: BufRef) -> Result<Vec<f32>, GraphError> {
         self.pool_mut(buf.backend)?
             .copy_to_host(buf.id)
