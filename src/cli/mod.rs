@@ -1,6 +1,7 @@
 //! Command-line interface: argument definitions and the subcommands behind them.
 
 mod bench;
+mod chat;
 mod dump;
 mod engine_args;
 mod info;
@@ -57,6 +58,8 @@ pub enum CliError {
     Output(std::io::Error),
     #[error(transparent)]
     Serve(#[from] crate::server::ServeError),
+    #[error("{0}")]
+    Chat(String),
 }
 
 #[derive(Debug, Parser)]
@@ -155,6 +158,9 @@ pub enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// Chat with a model: a REPL that keeps the conversation's KV between turns (/reset,
+    /// /save FILE, /load FILE, /stats, /exit; one turn per line when stdin is a pipe).
+    Chat(chat::ChatArgs),
     /// Serve the OpenAI API over HTTP (/v1/chat/completions, /v1/completions, /v1/models,
     /// /health, /metrics, /tokenize, /detokenize).
     Serve(serve::ServeArgs),
@@ -262,6 +268,7 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
             bench::run(&mut out, &model, &args)
         }
         Command::Serve(args) => serve::run(args),
+        Command::Chat(args) => chat::run(&mut out, &chat::ChatArgs { engine: args.engine.clone().resolved(), ..args }),
         Command::Logits { model, ids, from, top, engine } => {
             let ids = parse_ids(&ids)?;
             logits::run(&mut out, &model, &ids, from, top, &engine.resolved())

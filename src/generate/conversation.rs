@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use super::engine::{Engine, EngineError};
 use super::run::{GenerateError, GenerateParams, Generator, StopReason};
+use super::session::{BACKEND_CPU, KV_F32, Session, SessionError};
 use crate::chat::{ChatMessage, ChatTemplate, RenderOptions, TemplateError};
 use crate::tokenizer::Tokenizer;
 
@@ -78,6 +79,8 @@ pub enum ConversationError {
     ContextFull { needed: usize, n_ctx: usize },
     #[error("the text sink failed: {0}")]
     Sink(String),
+    #[error(transparent)]
+    Session(#[from] SessionError),
 }
 
 pub struct Conversation<'t> {
@@ -166,13 +169,30 @@ impl<'t> Conversation<'t> {
         h
     }
 
-    /// Replaces the state (a restored session): messages, dropped tokens, keep. The engine's
-    /// KV must already hold the matching tokens.
-    pub fn restore(&mut self, messages: Vec<ChatMessage>, dropped: Vec<u32>, keep: usize) {
-        self.messages = messages;
-        self.dropped = dropped;
-        self.keep = keep;
+    /// The conversation as a session (KV, token history, messages) of the model with
+    /// `fingerprint` ([`super::session::model_fingerprint`]).
+    pub fn to_session(&mut self, fingerprint: u64) -> Result<Session, ConversationError> {
+        Ok(Session {
+            fingerprint,
+            backend: BACKEND_CPU,
+            kv_format: KV_F32,
+            keep: self.keep,
+            kv: self.engine.kv_snapshot()?,
+            dropped: self.dropped.clone(),
+            messages: self.messages.clone(),
+        })
+    }
+
+    /// Continues a saved conversation. Everything is checked first: on an error the
+    /// conversation is unchanged.
+    pub fn restore_session(&mut self, s: Session, fingerprint: u64) -> Result<(), ConversationError> {
+        s.check_compatible(fingerprint)?;
+        self.engine.kv_restore(&s.kv)?;
+        self.messages = s.messages;
+        self.dropped = s.dropped;
+        self.keep = s.keep;
         self.last = TurnStats::default();
+        Ok(())
     }
 
     fn render_text(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TemplateError> {

@@ -6,6 +6,7 @@ mod logprobs;
 mod rng;
 mod run;
 mod sampler;
+pub mod session;
 mod stop;
 
 pub use conversation::{Conversation, ConversationError, ConversationParams, Turn, TurnStats};

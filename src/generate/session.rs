@@ -1,0 +1,288 @@
+//! KV session files: a conversation's KV, token history and messages, saved so that a later
+//! process continues without prefilling again.
+//!
+//! Layout (little-endian):
+//!
+//! ```text
+//! magic "MINFERKV" | version u32 | backend u32 (cpu 0, metal 1, cuda 2) | kv format u32
+//! (f32 0, f16 1, q8_0 2) | model fingerprint u64 | n_layer u32 | row width u32 | keep u32
+//! | n_tokens u32 | tokens u32[n] | positions i32[n] | n_dropped u32 | dropped u32[..]
+//! | messages: byte length u32 + JSON | per layer: K f32[n * width], V f32[n * width]
+//! | checksum u64 (FNV-1a of every byte before it)
+//! ```
+//!
+//! Reading checks the checksum first, then every header field, before anything is restored:
+//! a file from another model, truncated, of another version or corrupted is an error and the
+//! conversation it was meant for is left as it was.
+
+use std::path::{Path, PathBuf};
+
+use super::engine::kv::KvSnapshot;
+use crate::chat::ChatMessage;
+use crate::gguf::GgufFile;
+
+pub const MAGIC: &[u8; 8] = b"MINFERKV";
+pub const VERSION: u32 = 1;
+/// Backend id tags of the design.
+pub const BACKEND_CPU: u32 = 0;
+/// KV formats: f32 cells.
+pub const KV_F32: u32 = 0;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("not a minfer session file (no MINFERKV magic)")]
+    NotASession,
+    #[error("session file version {found}, this minfer reads version {supported}")]
+    Version { found: u32, supported: u32 },
+    #[error("session file is truncated: {need} bytes needed, {have} present")]
+    Truncated { need: usize, have: usize },
+    #[error("session file checksum mismatch (stored {stored:016x}, computed {computed:016x}): the file is corrupted")]
+    Checksum { stored: u64, computed: u64 },
+    #[error("the session was saved with another model (fingerprint {file:016x}, this model's is {this:016x})")]
+    ModelMismatch { file: u64, this: u64 },
+    #[error("the session was saved by backend {found}; this engine's is {this}")]
+    Backend { found: u32, this: u32 },
+    #[error("the session's KV format is {found}; this engine's is {this}")]
+    KvFormat { found: u32, this: u32 },
+    #[error("session file is malformed: {0}")]
+    Malformed(String),
+}
+
+/// What a session file holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    pub fingerprint: u64,
+    pub backend: u32,
+    pub kv_format: u32,
+    pub keep: usize,
+    pub kv: KvSnapshot,
+    pub dropped: Vec<u32>,
+    pub messages: Vec<ChatMessage>,
+}
+
+/// FNV-1a, 64 bits.
+pub fn fnv1a(bytes: &[u8], mut h: u64) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    h
+}
+
+const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+
+/// A cheap model fingerprint: every tensor's name, type, shape and offset, and the first
+/// 4 KiB of every tensor's data.
+pub fn model_fingerprint(file: &GgufFile) -> u64 {
+    let mut h = FNV_OFFSET;
+    for t in file.tensors() {
+        h = fnv1a(t.name.as_bytes(), h);
+        h = fnv1a(&t.type_id.to_le_bytes(), h);
+        for d in &t.dims {
+            h = fnv1a(&d.to_le_bytes(), h);
+        }
+        h = fnv1a(&t.offset.to_le_bytes(), h);
+        if let Ok(data) = file.tensor_data(t) {
+            h = fnv1a(&data[..data.len().min(4096)], h);
+        }
+    }
+    h
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u32(&mut self, x: u32) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+
+    fn len(&mut self, n: usize) -> Result<(), SessionError> {
+        self.u32(u32::try_from(n).map_err(|_| SessionError::Malformed(format!("{n} items do not fit the format")))?);
+        Ok(())
+    }
+
+    fn u32s(&mut self, xs: impl IntoIterator<Item = u32>) {
+        xs.into_iter().for_each(|x| self.u32(x));
+    }
+
+    fn f32s(&mut self, xs: &[f32]) {
+        xs.iter().for_each(|x| self.0.extend_from_slice(&x.to_le_bytes()));
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SessionError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(SessionError::Truncated {
+            need: self.at.saturating_add(n),
+            have: self.b.len(),
+        })?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn u32(&mut self) -> Result<u32, SessionError> {
+        let mut x = [0u8; 4];
+        x.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(x))
+    }
+
+    fn u64(&mut self) -> Result<u64, SessionError> {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(x))
+    }
+
+    /// `n` 4-byte values; the length is checked against the bytes left before allocating.
+    fn words(&mut self, n: usize) -> Result<impl Iterator<Item = [u8; 4]> + 'a, SessionError> {
+        let bytes = self.take(n.checked_mul(4).ok_or(SessionError::Malformed("a length overflows".into()))?)?;
+        Ok(bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]))
+    }
+}
+
+impl Session {
+    pub fn encode(&self) -> Result<Vec<u8>, SessionError> {
+        let kv = &self.kv;
+        let mut w = Writer(Vec::new());
+        w.0.extend_from_slice(MAGIC);
+        w.u32s([VERSION, self.backend, self.kv_format]);
+        w.0.extend_from_slice(&self.fingerprint.to_le_bytes());
+        w.len(kv.layers.len())?;
+        w.len(kv.width)?;
+        w.len(self.keep)?;
+        w.len(kv.tokens.len())?;
+        w.u32s(kv.tokens.iter().copied());
+        w.u32s(kv.positions.iter().map(|&p| p as u32));
+        w.len(self.dropped.len())?;
+        w.u32s(self.dropped.iter().copied());
+        let messages = serde_json::to_vec(&self.messages).map_err(|e| SessionError::Malformed(e.to_string()))?;
+        w.len(messages.len())?;
+        w.0.extend_from_slice(&messages);
+        for (k, v) in &kv.layers {
+            w.f32s(k);
+            w.f32s(v);
+        }
+        let sum = fnv1a(&w.0, FNV_OFFSET);
+        w.0.extend_from_slice(&sum.to_le_bytes());
+        Ok(w.0)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Session, SessionError> {
+        if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+            return Err(SessionError::NotASession);
+        }
+        let mut r = Reader { b: bytes, at: MAGIC.len() };
+        let version = r.u32()?;
+        if version != VERSION {
+            return Err(SessionError::Version { found: version, supported: VERSION });
+        }
+        let body_len = bytes.len().checked_sub(8).ok_or(SessionError::Truncated { need: 8, have: bytes.len() })?;
+        let mut tail = [0u8; 8];
+        tail.copy_from_slice(&bytes[body_len..]);
+        let stored = u64::from_le_bytes(tail);
+        let computed = fnv1a(&bytes[..body_len], FNV_OFFSET);
+        if stored != computed {
+            return Err(SessionError::Checksum { stored, computed });
+        }
+        let mut r = Reader { b: &bytes[..body_len], at: r.at };
+        let (backend, kv_format, fingerprint) = (r.u32()?, r.u32()?, r.u64()?);
+        let (n_layer, width, keep, n) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
+        let tokens: Vec<u32> = r.words(n)?.map(u32::from_le_bytes).collect();
+        let positions: Vec<i32> = r.words(n)?.map(i32::from_le_bytes).collect();
+        let n_dropped = r.u32()? as usize;
+        let dropped: Vec<u32> = r.words(n_dropped)?.map(u32::from_le_bytes).collect();
+        let n_json = r.u32()? as usize;
+        let messages: Vec<ChatMessage> =
+            serde_json::from_slice(r.take(n_json)?).map_err(|e| SessionError::Malformed(format!("messages: {e}")))?;
+        let rows = n.checked_mul(width).ok_or(SessionError::Malformed("KV size overflows".into()))?;
+        let mut layers = Vec::with_capacity(n_layer.min(1024));
+        for _ in 0..n_layer {
+            let k: Vec<f32> = r.words(rows)?.map(f32::from_le_bytes).collect();
+            let v: Vec<f32> = r.words(rows)?.map(f32::from_le_bytes).collect();
+            layers.push((k, v));
+        }
+        if r.at != r.b.len() {
+            return Err(SessionError::Malformed(format!("{} bytes after the KV", r.b.len() - r.at)));
+        }
+        Ok(Session { fingerprint, backend, kv_format, keep, kv: KvSnapshot { tokens, positions, width, layers }, dropped, messages })
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), SessionError> {
+        let io = |source| SessionError::Io { path: path.to_path_buf(), source };
+        // Written beside and renamed, so a failed save leaves no half file under the name.
+        let tmp = path.with_extension("partial");
+        std::fs::write(&tmp, self.encode()?).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    pub fn load(path: &Path) -> Result<Session, SessionError> {
+        let bytes = std::fs::read(path).map_err(|source| SessionError::Io { path: path.to_path_buf(), source })?;
+        Session::decode(&bytes)
+    }
+
+    /// Checks that this session can be restored into an engine of `fingerprint`'s model.
+    pub fn check_compatible(&self, fingerprint: u64) -> Result<(), SessionError> {
+        if self.fingerprint != fingerprint {
+            return Err(SessionError::ModelMismatch { file: self.fingerprint, this: fingerprint });
+        }
+        if self.backend != BACKEND_CPU {
+            return Err(SessionError::Backend { found: self.backend, this: BACKEND_CPU });
+        }
+        if self.kv_format != KV_F32 {
+            return Err(SessionError::KvFormat { found: self.kv_format, this: KV_F32 });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Session {
+        Session {
+            fingerprint: 0xABCD,
+            backend: BACKEND_CPU,
+            kv_format: KV_F32,
+            keep: 1,
+            kv: KvSnapshot {
+                tokens: vec![5, 6, 7],
+                positions: vec![0, 1, 2],
+                width: 2,
+                layers: vec![((0..6).map(|x| x as f32).collect(), vec![0.5; 6])],
+            },
+            dropped: vec![9],
+            messages: vec![ChatMessage::user("hi")],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let s = sample();
+        assert_eq!(Session::decode(&s.encode().unwrap()).unwrap(), s);
+    }
+
+    #[test]
+    fn every_corruption_is_an_error() {
+        let bytes = sample().encode().unwrap();
+        assert!(matches!(Session::decode(b"GGUF...."), Err(SessionError::NotASession)));
+        for cut in [0, 4, 12, 20, bytes.len() - 1] {
+            let r = Session::decode(&bytes[..cut]);
+            assert!(r.is_err(), "cut at {cut}");
+        }
+        let mut flipped = bytes.clone();
+        flipped[40] ^= 1;
+        assert!(matches!(Session::decode(&flipped), Err(SessionError::Checksum { .. })));
+        let mut v2 = bytes.clone();
+        v2[8] = 2;
+        assert!(matches!(Session::decode(&v2), Err(SessionError::Version { found: 2, .. })));
+        assert!(matches!(sample().check_compatible(1), Err(SessionError::ModelMismatch { .. })));
+    }
+}
