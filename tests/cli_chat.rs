@@ -15,8 +15,13 @@ struct Run {
 /// `minfer chat` (greedy, 2 threads, at most `n` tokens per answer) on `model` with `input`
 /// piped in.
 fn chat_n(model: &Path, input: &str, n: usize) -> Run {
+    chat_with(model, input, n, "f32")
+}
+
+fn chat_with(model: &Path, input: &str, n: usize, cache_type: &str) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
         .args(["chat", "-m", model.to_str().unwrap(), "--temp", "0", "-t", "2", "-n", &n.to_string(), "--ctx", "1024"])
+        .args(["--cache-type", cache_type])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -80,13 +85,27 @@ fn a_saved_session_continues_in_a_new_process_as_if_never_stopped() {
     let last = "What do I like to drink?\n";
     let whole = chat(&m, &format!("{turns}/save {f}\n{last}/stats\n"));
     let resumed = chat(&m, &format!("/load {f}\n{last}/stats\n"));
-    let answer = |r: &Run| r.stdout.lines().filter(|l| !l.starts_with("context: ")).last().unwrap().to_string();
+    let answer = |r: &Run| r.stdout.lines().rfind(|l| !l.starts_with("context: ")).unwrap().to_string();
     assert_eq!(answer(&resumed), answer(&whole), "whole:\n{}\nresumed:\n{}", whole.stdout, resumed.stdout);
     assert!(resumed.stderr.contains("loaded"), "{}", resumed.stderr);
     // the resumed turn prefilled only the new turn, like the uninterrupted one
     let prefill = |r: &Run| stats_line(&r.stdout)[0].split("last prefill: ").nth(1).unwrap().split(' ').next().unwrap().to_string();
     assert_eq!(prefill(&resumed), prefill(&whole));
     assert!(prefill(&whole).parse::<usize>().unwrap() < 30);
+    std::fs::remove_file(file).ok();
+}
+
+#[test]
+fn a_q8_0_session_continues_in_a_q8_0_engine_and_is_refused_by_an_f32_one() {
+    let m = common::model_path(common::QWEN2_05B);
+    let file = tmp("q8.kv");
+    let f = file.to_str().unwrap();
+    let last = "What is my name?\n";
+    let whole = chat_with(&m, &format!("My name is Ada.\n/save {f}\n{last}"), 32, "q8_0");
+    let resumed = chat_with(&m, &format!("/load {f}\n{last}"), 32, "q8_0");
+    assert_eq!(resumed.stdout.lines().last(), whole.stdout.lines().last(), "{}\n{}", whole.stdout, resumed.stdout);
+    let refused = chat_with(&m, &format!("/load {f}\n"), 32, "f32");
+    assert!(refused.stderr.contains("error: ") && refused.stderr.contains("q8_0"), "{}", refused.stderr);
     std::fs::remove_file(file).ok();
 }
 

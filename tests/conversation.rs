@@ -13,6 +13,7 @@ use minfer::generate::{
     Conversation, ConversationError, ConversationParams, Engine, EngineError, EngineParams, GenerateParams, SamplerParams, generate,
 };
 use minfer::gguf::GgufFile;
+use minfer::graph::KvType;
 use minfer::models::{Model, load_model};
 use minfer::tokenizer::Tokenizer;
 
@@ -80,38 +81,45 @@ fn three_turns_equal_from_scratch_runs_and_prefill_only_new_tokens() {
 #[test]
 fn kv_rm_and_shift_match_a_fresh_evaluation_at_the_new_positions() {
     let fx = fixture(common::QWEN3_TINY);
+    let hp = fx.model.hparams();
+    let (head_dim, width) = (hp.head_dim as usize, (hp.n_head_kv * hp.head_dim) as usize);
     let ids: Vec<u32> = vec![9707, 11, 1879, 0, 374, 264, 1273, 13];
-    let mut e = engine(&fx, 64);
-    e.eval(&ids, 1).unwrap();
-    // drop cells 2..5, move the survivors 5..8 down by 3
-    e.kv_rm(2, 5).unwrap();
-    assert!(matches!(e.eval(&[1], 1), Err(EngineError::KvNotAligned { cell: 2, pos: 5 })));
-    e.kv_shift(2, 5, -3).unwrap();
-    let kept: Vec<u32> = [&ids[..2], &ids[5..]].concat();
-    assert_eq!(e.tokens(), &kept[..]);
-    assert_eq!(e.kv_positions(), &[0, 1, 2, 3, 4]);
-    let shifted = e.kv_snapshot().unwrap();
-    let mut fresh = engine(&fx, 64);
-    fresh.eval(&kept, 1).unwrap();
-    let want = fresh.kv_snapshot().unwrap();
-    // Layer 0's K and V rows depend on the token and its position only: V moves verbatim,
-    // K is rotated by -3 positions, which equals rotating to the new position up to rounding
-    // (the rotation is computed in f32: |error| ~ 1e-6 of the row's scale).
-    let (k, v) = &shifted.layers[0];
-    let (wk, wv) = &want.layers[0];
-    assert_eq!(v, wv);
-    let scale = wk.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let err = k.iter().zip(wk).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(err <= 1e-5 * scale.max(1.0), "max |dK| {err} (scale {scale})");
-    // cells before the removed range did not move at all
-    let w = shifted.width;
-    assert_eq!(&k[..2 * w], &wk[..2 * w]);
-    // the edited engine evaluates on
-    assert!(e.eval(&[11], 1).unwrap().iter().all(|x| x.is_finite()));
-    // bad ranges are refused and change nothing
-    assert!(matches!(e.kv_rm(3, 99), Err(EngineError::KvRange { .. })));
-    assert!(matches!(e.kv_shift(0, 2, -1), Err(EngineError::KvShiftBelowZero { .. })));
-    assert_eq!(e.n_past(), 6);
+    // f32 cells: the rotation is computed in f32, |error| ~ 1e-6 of the row's scale; q8_0
+    // cells are decoded, rotated and quantized again: within two quantization steps.
+    for (kv_type, tol) in [(KvType::F32, 1e-5f32), (KvType::Q8_0, 2.0 / 127.0)] {
+        let mk = || Engine::new(fx.model.clone(), &EngineParams { n_ctx: 64, n_threads: 2, kv_type, ..EngineParams::default() }).unwrap();
+        let mut e = mk();
+        e.eval(&ids, 1).unwrap();
+        // drop cells 2..5, move the survivors 5..8 down by 3
+        e.kv_rm(2, 5).unwrap();
+        assert!(matches!(e.eval(&[1], 1), Err(EngineError::KvNotAligned { cell: 2, pos: 5 })));
+        e.kv_shift(2, 5, -3).unwrap();
+        let kept: Vec<u32> = [&ids[..2], &ids[5..]].concat();
+        assert_eq!(e.tokens(), &kept[..]);
+        assert_eq!(e.kv_positions(), &[0, 1, 2, 3, 4]);
+        let shifted = e.kv_snapshot().unwrap();
+        let mut fresh = mk();
+        fresh.eval(&kept, 1).unwrap();
+        let want = fresh.kv_snapshot().unwrap();
+        // Layer 0's K and V rows depend on the token and its position only: V moves verbatim
+        // (the same bytes), K is rotated by -3 positions, which equals rotating it to its new
+        // position up to rounding.
+        assert_eq!(shifted.layers[0].1, want.layers[0].1, "{kv_type}");
+        let (k, _) = shifted.rows_f32(0, width, head_dim).unwrap();
+        let (wk, _) = want.rows_f32(0, width, head_dim).unwrap();
+        let scale = wk.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let err = k.iter().zip(&wk).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(err <= tol * scale.max(1.0), "{kv_type}: max |dK| {err} (scale {scale})");
+        // cells before the removed range did not move at all
+        let rb = shifted.row_bytes;
+        assert_eq!(&shifted.layers[0].0[..2 * rb], &want.layers[0].0[..2 * rb], "{kv_type}");
+        // the edited engine evaluates on
+        assert!(e.eval(&[11], 1).unwrap().iter().all(|x| x.is_finite()));
+        // bad ranges are refused and change nothing
+        assert!(matches!(e.kv_rm(3, 99), Err(EngineError::KvRange { .. })));
+        assert!(matches!(e.kv_shift(0, 2, -1), Err(EngineError::KvShiftBelowZero { .. })));
+        assert_eq!(e.n_past(), 6);
+    }
 }
 
 #[test]

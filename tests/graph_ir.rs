@@ -458,8 +458,8 @@ fn attn_takes_its_shape_from_meta_and_its_layers_kv() {
     let pos = b.input("positions", [1, 1, 1, 1], DType::I32);
     // A fused q handle wider than n_head * head_dim (q|k|v concat).
     let qkv = b.input("qkv", [8 + 2 * 4, 1, 1, 1], DType::F32);
-    let kv0 = b.kvcache_load(0, 4, 32);
-    let kv1 = b.kvcache_load(1, 4, 32);
+    let kv0 = b.kvcache_load(0, 4, 32, (Default::default(), 4));
+    let kv1 = b.kvcache_load(1, 4, 32, (Default::default(), 4));
     let meta = |layer| AttnMeta {
         layer,
         n_head: 2,
@@ -467,6 +467,7 @@ fn attn_takes_its_shape_from_meta_and_its_layers_kv() {
         head_dim: 4,
         scale: 0.5,
         n_ctx: 32,
+        kv_type: Default::default(),
     };
     let a = b.attn(qkv, kv0, pos, AttnMode::Gqa, meta(0)).unwrap();
     assert_eq!(b.graph().nodes[a].out_shape, [8, 1, 1, 1]);

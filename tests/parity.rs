@@ -64,7 +64,7 @@ fn records(file: &str) -> Vec<Record> {
 fn engine(model: &str, threads: usize) -> Engine {
     let f = GgufFile::open(common::model_path(model)).expect("model opens");
     let m = load_model(Arc::new(f)).expect("model loads");
-    Engine::new(Arc::new(m), &EngineParams { n_ctx: 512, n_threads: threads, backends: None, trace: false, dump: None }).expect("engine")
+    Engine::new(Arc::new(m), &EngineParams { n_ctx: 512, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
 }
 
 struct Stats {

@@ -28,6 +28,7 @@ fn config(api_key: Option<&str>) -> ServeConfig {
         ubatch: 512,
         backends: None,
         inject_panic: None,
+        kv_type: Default::default(),
     }
 }
 

@@ -60,6 +60,8 @@ pub enum CliError {
     Serve(#[from] crate::server::ServeError),
     #[error("{0}")]
     Chat(String),
+    #[error("{0}")]
+    KvType(String),
 }
 
 #[derive(Debug, Parser)]

@@ -6,6 +6,7 @@ use clap::Args;
 
 use super::CliError;
 use crate::generate::default_threads;
+use crate::graph::KvType;
 use crate::server::{ServeConfig, serve};
 
 #[derive(Debug, Clone, Args)]
@@ -50,12 +51,19 @@ pub struct ServeArgs {
     /// Backends allowed to run nodes, comma-separated (cpu, metal, cuda).
     #[arg(long = "backend")]
     pub backend: Option<String>,
+    /// KV cache storage of every slot: f32 (default), f16 or q8_0. Default: MINFER_CACHE_TYPE.
+    #[arg(long = "cache-type")]
+    pub cache_type: Option<String>,
 }
 
 pub fn run(a: ServeArgs) -> Result<(), CliError> {
     if a.ctx.is_some_and(|c| c < a.slots as usize) {
         return Err(CliError::Usage("--ctx is the total context: it must give every slot at least one token"));
     }
+    let kv_type = match &a.cache_type {
+        Some(s) => KvType::parse(s).map_err(|e| CliError::KvType(e.to_string()))?,
+        None => KvType::from_env().map_err(|e| CliError::KvType(e.to_string()))?.unwrap_or_default(),
+    };
     let api_key = a.api_key.or_else(|| std::env::var("MINFER_API_KEY").ok()).filter(|k| !k.is_empty());
     let cfg = ServeConfig {
         model: a.model,
@@ -71,6 +79,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         ubatch: a.ubatch as usize,
         backends: a.backend,
         inject_panic: std::env::var("MINFER_INJECT_PANIC").ok().filter(|s| !s.is_empty()),
+        kv_type,
     };
     Ok(serve(cfg)?)
 }

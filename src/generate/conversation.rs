@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use super::engine::{Engine, EngineError};
 use super::run::{GenerateError, GenerateParams, Generator, StopReason};
-use super::session::{BACKEND_CPU, KV_F32, Session, SessionError};
+use super::session::{BACKEND_CPU, Session, SessionError};
 use crate::chat::{ChatMessage, ChatTemplate, RenderOptions, TemplateError};
 use crate::tokenizer::Tokenizer;
 
@@ -175,7 +175,6 @@ impl<'t> Conversation<'t> {
         Ok(Session {
             fingerprint,
             backend: BACKEND_CPU,
-            kv_format: KV_F32,
             keep: self.keep,
             kv: self.engine.kv_snapshot()?,
             dropped: self.dropped.clone(),
@@ -186,7 +185,7 @@ impl<'t> Conversation<'t> {
     /// Continues a saved conversation. Everything is checked first: on an error the
     /// conversation is unchanged.
     pub fn restore_session(&mut self, s: Session, fingerprint: u64) -> Result<(), ConversationError> {
-        s.check_compatible(fingerprint)?;
+        s.check_compatible(fingerprint, self.engine.kv_type())?;
         self.engine.kv_restore(&s.kv)?;
         self.messages = s.messages;
         self.dropped = s.dropped;

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::graph::{
-    Backend, BackendRegistry, BackendScheduler, CParams, ComputeGraph, CpuBackend, FusionPass, GraphAllocator, GraphCache, GraphError, GraphParams,
+    Backend, BackendRegistry, BackendScheduler, CParams, KvType, ComputeGraph, CpuBackend, FusionPass, GraphAllocator, GraphCache, GraphError, GraphParams,
     GraphType, Prepared, WeightStore,
 };
 use crate::models::Model;
@@ -28,6 +28,8 @@ pub struct EngineParams {
     pub trace: bool,
     /// Dump every node's output for one position (`MINFER_DUMP_DIR` + `MINFER_DUMP_POS`).
     pub dump: Option<NodeDump>,
+    /// How KV cells are stored (`--cache-type`, `MINFER_CACHE_TYPE`).
+    pub kv_type: KvType,
 }
 
 /// A debugging dump of one evaluation: when the token at position `pos` is evaluated, every
@@ -96,6 +98,7 @@ impl Default for EngineParams {
             backends: None,
             trace: trace_from_env(),
             dump: NodeDump::from_env(),
+            kv_type: KvType::F32,
         }
     }
 }
@@ -196,7 +199,7 @@ impl Engine {
         let (weights, pool) = (shared.weights.clone(), shared.pool.clone());
         let mut alloc = GraphAllocator::new(registry, fence);
         alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_model(weights, pool.clone())))?;
-        let cparams = CParams { n_ctx: p.n_ctx, flash_attn: false, gpu: false, fuse_qkv: false, fuse_ffn: false };
+        let cparams = CParams { n_ctx: p.n_ctx, flash_attn: false, gpu: false, fuse_qkv: false, fuse_ffn: false, kv_type: p.kv_type };
         Ok(Engine {
             model,
             pool,
@@ -216,6 +219,10 @@ impl Engine {
 
     pub fn n_ctx(&self) -> usize {
         self.cparams.n_ctx
+    }
+
+    pub fn kv_type(&self) -> KvType {
+        self.cparams.kv_type
     }
 
     /// Tokens already in the KV (the next token's position).

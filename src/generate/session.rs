@@ -5,9 +5,10 @@
 //!
 //! ```text
 //! magic "MINFERKV" | version u32 | backend u32 (cpu 0, metal 1, cuda 2) | kv format u32
-//! (f32 0, f16 1, q8_0 2) | model fingerprint u64 | n_layer u32 | row width u32 | keep u32
+//! (f32 0, f16 1, q8_0 2) | model fingerprint u64 | n_layer u32 | row bytes u32 | keep u32
 //! | n_tokens u32 | tokens u32[n] | positions i32[n] | n_dropped u32 | dropped u32[..]
-//! | messages: byte length u32 + JSON | per layer: K f32[n * width], V f32[n * width]
+//! | messages: byte length u32 + JSON | per layer: K rows, V rows (n * row bytes each, as
+//! the cells store them)
 //! | checksum u64 (FNV-1a of every byte before it)
 //! ```
 //!
@@ -18,6 +19,7 @@
 use std::path::{Path, PathBuf};
 
 use super::engine::kv::KvSnapshot;
+use crate::graph::KvType;
 use crate::chat::ChatMessage;
 use crate::gguf::GgufFile;
 
@@ -25,8 +27,6 @@ pub const MAGIC: &[u8; 8] = b"MINFERKV";
 pub const VERSION: u32 = 1;
 /// Backend id tags of the design.
 pub const BACKEND_CPU: u32 = 0;
-/// KV formats: f32 cells.
-pub const KV_F32: u32 = 0;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -44,8 +44,8 @@ pub enum SessionError {
     ModelMismatch { file: u64, this: u64 },
     #[error("the session was saved by backend {found}; this engine's is {this}")]
     Backend { found: u32, this: u32 },
-    #[error("the session's KV format is {found}; this engine's is {this}")]
-    KvFormat { found: u32, this: u32 },
+    #[error("the session's KV cells are {found}; this engine's are {this} (use --cache-type {found})")]
+    KvFormat { found: String, this: KvType },
     #[error("session file is malformed: {0}")]
     Malformed(String),
 }
@@ -55,7 +55,6 @@ pub enum SessionError {
 pub struct Session {
     pub fingerprint: u64,
     pub backend: u32,
-    pub kv_format: u32,
     pub keep: usize,
     pub kv: KvSnapshot,
     pub dropped: Vec<u32>,
@@ -107,9 +106,6 @@ impl Writer {
         xs.into_iter().for_each(|x| self.u32(x));
     }
 
-    fn f32s(&mut self, xs: &[f32]) {
-        xs.iter().for_each(|x| self.0.extend_from_slice(&x.to_le_bytes()));
-    }
 }
 
 struct Reader<'a> {
@@ -152,10 +148,10 @@ impl Session {
         let kv = &self.kv;
         let mut w = Writer(Vec::new());
         w.0.extend_from_slice(MAGIC);
-        w.u32s([VERSION, self.backend, self.kv_format]);
+        w.u32s([VERSION, self.backend, kv.kv_type.tag()]);
         w.0.extend_from_slice(&self.fingerprint.to_le_bytes());
         w.len(kv.layers.len())?;
-        w.len(kv.width)?;
+        w.len(kv.row_bytes)?;
         w.len(self.keep)?;
         w.len(kv.tokens.len())?;
         w.u32s(kv.tokens.iter().copied());
@@ -166,8 +162,8 @@ impl Session {
         w.len(messages.len())?;
         w.0.extend_from_slice(&messages);
         for (k, v) in &kv.layers {
-            w.f32s(k);
-            w.f32s(v);
+            w.0.extend_from_slice(k);
+            w.0.extend_from_slice(v);
         }
         let sum = fnv1a(&w.0, FNV_OFFSET);
         w.0.extend_from_slice(&sum.to_le_bytes());
@@ -193,7 +189,11 @@ impl Session {
         }
         let mut r = Reader { b: &bytes[..body_len], at: r.at };
         let (backend, kv_format, fingerprint) = (r.u32()?, r.u32()?, r.u64()?);
-        let (n_layer, width, keep, n) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
+        let kv_type = [KvType::F32, KvType::F16, KvType::Q8_0]
+            .into_iter()
+            .find(|t| t.tag() == kv_format)
+            .ok_or(SessionError::KvFormat { found: format!("format {kv_format}"), this: KvType::F32 })?;
+        let (n_layer, row_bytes, keep, n) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
         let tokens: Vec<u32> = r.words(n)?.map(u32::from_le_bytes).collect();
         let positions: Vec<i32> = r.words(n)?.map(i32::from_le_bytes).collect();
         let n_dropped = r.u32()? as usize;
@@ -201,17 +201,18 @@ impl Session {
         let n_json = r.u32()? as usize;
         let messages: Vec<ChatMessage> =
             serde_json::from_slice(r.take(n_json)?).map_err(|e| SessionError::Malformed(format!("messages: {e}")))?;
-        let rows = n.checked_mul(width).ok_or(SessionError::Malformed("KV size overflows".into()))?;
+        let size = n.checked_mul(row_bytes).ok_or(SessionError::Malformed("KV size overflows".into()))?;
         let mut layers = Vec::with_capacity(n_layer.min(1024));
         for _ in 0..n_layer {
-            let k: Vec<f32> = r.words(rows)?.map(f32::from_le_bytes).collect();
-            let v: Vec<f32> = r.words(rows)?.map(f32::from_le_bytes).collect();
+            let k = r.take(size)?.to_vec();
+            let v = r.take(size)?.to_vec();
             layers.push((k, v));
         }
         if r.at != r.b.len() {
             return Err(SessionError::Malformed(format!("{} bytes after the KV", r.b.len() - r.at)));
         }
-        Ok(Session { fingerprint, backend, kv_format, keep, kv: KvSnapshot { tokens, positions, width, layers }, dropped, messages })
+        let kv = KvSnapshot { tokens, positions, kv_type, row_bytes, layers };
+        Ok(Session { fingerprint, backend, keep, kv, dropped, messages })
     }
 
     pub fn save(&self, path: &Path) -> Result<(), SessionError> {
@@ -227,16 +228,17 @@ impl Session {
         Session::decode(&bytes)
     }
 
-    /// Checks that this session can be restored into an engine of `fingerprint`'s model.
-    pub fn check_compatible(&self, fingerprint: u64) -> Result<(), SessionError> {
+    /// Checks that this session can be restored into an engine of `fingerprint`'s model whose
+    /// cells are `kv_type`.
+    pub fn check_compatible(&self, fingerprint: u64, kv_type: KvType) -> Result<(), SessionError> {
         if self.fingerprint != fingerprint {
             return Err(SessionError::ModelMismatch { file: self.fingerprint, this: fingerprint });
         }
         if self.backend != BACKEND_CPU {
             return Err(SessionError::Backend { found: self.backend, this: BACKEND_CPU });
         }
-        if self.kv_format != KV_F32 {
-            return Err(SessionError::KvFormat { found: self.kv_format, this: KV_F32 });
+        if self.kv.kv_type != kv_type {
+            return Err(SessionError::KvFormat { found: self.kv.kv_type.to_string(), this: kv_type });
         }
         Ok(())
     }
@@ -250,13 +252,13 @@ mod tests {
         Session {
             fingerprint: 0xABCD,
             backend: BACKEND_CPU,
-            kv_format: KV_F32,
             keep: 1,
             kv: KvSnapshot {
                 tokens: vec![5, 6, 7],
                 positions: vec![0, 1, 2],
-                width: 2,
-                layers: vec![((0..6).map(|x| x as f32).collect(), vec![0.5; 6])],
+                kv_type: KvType::Q8_0,
+                row_bytes: 2,
+                layers: vec![((0..6).collect(), vec![7; 6])],
             },
             dropped: vec![9],
             messages: vec![ChatMessage::user("hi")],
@@ -283,6 +285,8 @@ mod tests {
         let mut v2 = bytes.clone();
         v2[8] = 2;
         assert!(matches!(Session::decode(&v2), Err(SessionError::Version { found: 2, .. })));
-        assert!(matches!(sample().check_compatible(1), Err(SessionError::ModelMismatch { .. })));
+        assert!(matches!(sample().check_compatible(1, KvType::Q8_0), Err(SessionError::ModelMismatch { .. })));
+        assert!(matches!(sample().check_compatible(0xABCD, KvType::F32), Err(SessionError::KvFormat { .. })));
+        assert!(sample().check_compatible(0xABCD, KvType::Q8_0).is_ok());
     }
 }

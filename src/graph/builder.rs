@@ -22,7 +22,7 @@ use super::ops::{
     AttnMeta, AttnMode, EmbedMeta, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta, Op, RoPEMeta,
     RopeStyle,
 };
-use super::{CNode, ComputeGraph, DType, NodeId};
+use super::{CNode, ComputeGraph, DType, KvType, NodeId};
 use crate::gguf::TensorInfo;
 use crate::quants::GgmlType;
 
@@ -519,6 +519,7 @@ impl GraphBuilder {
         v: NodeId,
         pos: NodeId,
         n_ctx: usize,
+        (kv_type, head_dim): (KvType, usize),
     ) -> Result<NodeId, GraphError> {
         let name = label("kv_store", Some(layer));
         let (k_shape, v_shape) = (self.shape(k)?, self.shape(v)?);
@@ -554,6 +555,8 @@ impl GraphBuilder {
                 layer,
                 n_embd_kv,
                 n_ctx,
+                kv_type,
+                head_dim,
             }),
             layer: Some(layer),
         })
@@ -561,7 +564,7 @@ impl GraphBuilder {
 
     /// A view of the layer's K region (`[n_embd_kv, n_ctx]`; no sources). Attention reads both
     /// halves through the allocator's `kv_pair(layer)`.
-    pub fn kvcache_load(&mut self, layer: usize, n_embd_kv: usize, n_ctx: usize) -> NodeId {
+    pub fn kvcache_load(&mut self, layer: usize, n_embd_kv: usize, n_ctx: usize, (kv_type, head_dim): (KvType, usize)) -> NodeId {
         let id = self.graph.nodes.len();
         self.graph.nodes.push(CNode {
             id,
@@ -576,6 +579,8 @@ impl GraphBuilder {
                 layer,
                 n_embd_kv,
                 n_ctx,
+                kv_type,
+                head_dim,
             }),
         });
         id

@@ -6,7 +6,9 @@ use super::backend::KvPair;
 use super::error::GraphError;
 use super::ops::{NodeMeta, Op};
 use super::weights::WeightStore;
-use super::CNode;
+use super::{CNode, KvType};
+use crate::vec_ops::attention_q8::PackedKv;
+use crate::vec_ops::kv_cache::{attention_dequantized, kv_store_typed};
 use crate::vec_ops::matmul::{WeightMatrix, matmul};
 use crate::vec_ops::{self, AttnArgs, OpsError, Pool};
 
@@ -138,12 +140,33 @@ pub fn attention(node: &CNode, cx: &KernelCtx, q: &[f32], pos: &[f32], k: &[f32]
         head_dim: m.head_dim,
         scale: m.scale,
     };
-    vec_ops::attention(cx.pool(node)?, &args, dst).map_err(kernel(node))
+    let pool = cx.pool(node)?;
+    match m.kv_type {
+        KvType::F32 => vec_ops::attention(pool, &args, dst).map_err(kernel(node)),
+        KvType::Q8_0 if fused_q8_kv() => {
+            let kv = PackedKv { k: bytemuck::cast_slice(k), v: bytemuck::cast_slice(v) };
+            vec_ops::attention_q8::attention_q8(pool, &args, kv, dst).map_err(kernel(node))
+        }
+        // f16, and q8_0 with MINFER_NO_FUSED_Q8_KV=1: dequantize the cells in use, then the
+        // f32 path.
+        t => attention_dequantized(pool, t, &args, (k, v), dst).map_err(kernel(node)),
+    }
+}
+
+/// The packed Q8_0 KV read of attention, unless `MINFER_NO_FUSED_Q8_KV=1` asks for the
+/// dequantizing read (for A/B measurements). Read once.
+fn fused_q8_kv() -> bool {
+    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FUSED.get_or_init(|| std::env::var("MINFER_NO_FUSED_Q8_KV").map_or(true, |v| v != "1"))
 }
 
 /// KV store: src = [k, v, pos]; writes rows `pos[t]` of the layer's K and V regions.
 pub fn kv_store(node: &CNode, k: &[f32], v: &[f32], pos: &[f32], kv: (&mut [f32], &mut [f32]), n_ctx: usize) -> Result<(), GraphError> {
-    vec_ops::kv_store(k, v, &i32s(pos), n_ctx, kv.0, kv.1).map_err(kernel(node))
+    let layout = match &node.meta {
+        NodeMeta::Kvcache(m) => (m.kv_type, m.head_dim),
+        _ => (KvType::F32, 0),
+    };
+    kv_store_typed(layout, k, v, &i32s(pos), n_ctx, kv.0, kv.1).map_err(kernel(node))
 }
 
 /// The pair a KV node needs, or an error naming the node.

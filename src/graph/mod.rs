@@ -32,6 +32,7 @@ pub mod dot;
 pub mod error;
 pub mod fusion;
 pub mod json;
+pub mod kv_type;
 pub mod ops;
 pub mod params;
 pub mod registry;
@@ -51,6 +52,7 @@ pub use ops::{
     AttnMeta, AttnMode, EmbedMeta, FusedOp, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta, Op,
     OpKind, OpTraits, RoPEMeta, RopeStyle,
 };
+pub use kv_type::{KvType, KvTypeError};
 pub use params::{CParams, GraphParams, GraphType};
 pub use registry::{Backend, BackendEntry, BackendFence, BackendRegistry, Capabilities};
 pub use scheduler::{BackendScheduler, NodeObserver, Split};

@@ -300,6 +300,8 @@ pub struct AttnMeta {
     pub scale: f32,
     /// Rows of the persistent KV region.
     pub n_ctx: usize,
+    /// How the KV cells are stored.
+    pub kv_type: super::KvType,
 }
 
 impl AttnMeta {
@@ -315,12 +317,15 @@ pub struct KvcacheMeta {
     pub layer: usize,
     pub n_embd_kv: usize,
     pub n_ctx: usize,
+    pub kv_type: super::KvType,
+    /// Values per head in a row (quantized rows are rotated head by head).
+    pub head_dim: usize,
 }
 
 impl KvcacheMeta {
-    /// f32 values in one region (K or V).
+    /// f32 slots of one region (K or V) in the pool.
     pub const fn region_len(&self) -> usize {
-        self.n_embd_kv * self.n_ctx
+        self.kv_type.region_len(self.n_embd_kv, self.n_ctx)
     }
 }
 

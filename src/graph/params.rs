@@ -39,6 +39,8 @@ pub struct CParams {
     /// Decode FFN gate|up fusion (`MINFER_NO_FUSE_FFN=1` disables); independent of `fuse_qkv`
     /// so A/B-ing one does not flip the other.
     pub fuse_ffn: bool,
+    /// Storage of the KV cells.
+    pub kv_type: super::KvType,
 }
 
 /// Everything a graph build reads besides the model itself.

@@ -4,7 +4,7 @@
 
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::graph::{
-    AttnMeta, AttnMode, ComputeGraph, DType, GraphBuilder, GraphError, GraphParams, NodeId, RoPEMeta, RopeStyle,
+    AttnMeta, AttnMode, ComputeGraph, DType, GraphBuilder, GraphError, GraphParams, KvType, NodeId, RoPEMeta, RopeStyle,
 };
 
 use super::{HParams, ModelError};
@@ -89,7 +89,7 @@ impl HParams {
         }
     }
 
-    pub fn attn_meta(&self, layer: usize, n_ctx: usize) -> AttnMeta {
+    pub fn attn_meta(&self, layer: usize, n_ctx: usize, kv_type: KvType) -> AttnMeta {
         AttnMeta {
             layer,
             n_head: self.n_head as usize,
@@ -97,6 +97,7 @@ impl HParams {
             head_dim: self.head_dim as usize,
             scale: 1.0 / (self.head_dim as f32).sqrt(),
             n_ctx,
+            kv_type,
         }
     }
 }
@@ -111,6 +112,7 @@ pub fn build_decoder(
 ) -> Result<ComputeGraph, GraphError> {
     let nt = p.n_tokens;
     let n_ctx = p.cparams.n_ctx;
+    let kv_type = p.cparams.kv_type;
     let eps = hp.rms_eps;
     let mode = if p.cparams.flash_attn { AttnMode::Flash } else { AttnMode::Gqa };
     let n_embd_kv = (hp.n_head_kv * hp.head_dim) as usize;
@@ -131,9 +133,10 @@ pub fn build_decoder(
         let Qkv { q, k, v } = qkv(&mut b, &LayerCtx { il, normed, pos })?;
         let q = b.rope(q, pos, RopeStyle::NonInterleaved, hp.rope_meta(hp.n_head as usize))?;
         let k = b.rope(k, pos, RopeStyle::NonInterleaved, hp.rope_meta(hp.n_head_kv as usize))?;
-        b.kvcache_store(il, k, v, pos, n_ctx)?;
-        let kv = b.kvcache_load(il, n_embd_kv, n_ctx);
-        let attn = b.attn(q, kv, pos, mode, hp.attn_meta(il, n_ctx))?; // [n_head*hd, nt]
+        let layout = (kv_type, hp.head_dim as usize);
+        b.kvcache_store(il, k, v, pos, n_ctx, layout)?;
+        let kv = b.kvcache_load(il, n_embd_kv, n_ctx, layout);
+        let attn = b.attn(q, kv, pos, mode, hp.attn_meta(il, n_ctx, kv_type))?; // [n_head*hd, nt]
         let wo = b.matmul(attn, &l.wo, None)?; // [n_embd, nt]
         h = match tail {
             // G3: from here on only the n_out wanted rows are computed.

@@ -199,10 +199,10 @@ fn message(i: usize, v: &Json) -> Result<ChatMessage, ApiError> {
         // OpenAI sends a call's arguments as JSON text; templates (Qwen's `arguments | tojson`)
         // expect the object, as llama-server gives them.
         for call in calls.iter_mut() {
-            if let Some(args) = call.pointer_mut("/function/arguments") {
-                if let Some(obj) = args.as_str().and_then(|t| serde_json::from_str::<Json>(t).ok()).filter(Json::is_object) {
-                    *args = obj;
-                }
+            if let Some(args) = call.pointer_mut("/function/arguments")
+                && let Some(obj) = args.as_str().and_then(|t| serde_json::from_str::<Json>(t).ok()).filter(Json::is_object)
+            {
+                *args = obj;
             }
         }
     }

@@ -38,6 +38,8 @@ pub struct ServeConfig {
     /// Test lever `MINFER_INJECT_PANIC`: a request whose prompt text contains this string
     /// panics in its first forward pass.
     pub inject_panic: Option<String>,
+    /// How the slots' KV cells are stored.
+    pub kv_type: crate::graph::KvType,
 }
 
 /// Per-slot context when none is given.
@@ -136,6 +138,7 @@ impl AppState {
             backends: self.cfg.backends.clone(),
             trace: false,
             dump: None::<NodeDump>,
+            kv_type: self.cfg.kv_type,
         };
         let inference = start(InferenceSetup {
             model,

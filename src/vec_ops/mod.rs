@@ -7,7 +7,8 @@
 //! * [`act`]: `add`, `mul`, `silu`, the fused `swiglu`.
 //! * [`softmax`]: ggml's `soft_max_ext`.
 //! * [`dot`]: ggml's f32 dot product.
-//! * [`attention`](mod@attention): grouped-query attention over an f32 KV region, `kv_store`.
+//! * [`attention`](mod@attention): grouped-query attention over an f32 KV region, `kv_store`;
+//!   [`attention_q8`] reads packed Q8_0 cells directly; [`kv_cache`] stores and reads f16/Q8_0 cells.
 //! * [`get_rows`](mod@get_rows): embedding lookup and row selection.
 //! * [`matmul`]: quantized matrix products (activations quantized as ggml does, int8 dots).
 //!
@@ -17,6 +18,7 @@
 
 pub mod act;
 pub mod attention;
+pub mod attention_q8;
 pub mod dot;
 mod error;
 pub mod expf;
@@ -25,6 +27,8 @@ pub mod isa;
 pub mod matmul;
 pub mod norm;
 pub mod pool;
+pub mod hadamard;
+pub mod kv_cache;
 pub mod rope;
 #[cfg(target_arch = "x86_64")]
 mod simd_x86;

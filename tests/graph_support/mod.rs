@@ -45,6 +45,7 @@ pub fn cparams(n_ctx: usize) -> CParams {
         gpu: false,
         fuse_qkv: false,
         fuse_ffn: false,
+        kv_type: Default::default(),
     }
 }
 
@@ -180,8 +181,8 @@ impl Qwen2Shape {
                 RopeStyle::NonInterleaved,
                 self.rope_meta(self.n_head_kv),
             )?;
-            b.kvcache_store(il, k, v, pos, n_ctx)?;
-            let kv = b.kvcache_load(il, nkv, n_ctx);
+            b.kvcache_store(il, k, v, pos, n_ctx, (Default::default(), self.head_dim()))?;
+            let kv = b.kvcache_load(il, nkv, n_ctx, (Default::default(), self.head_dim()));
             let meta = AttnMeta {
                 layer: il,
                 n_head: self.n_head,
@@ -189,6 +190,7 @@ impl Qwen2Shape {
                 head_dim: self.head_dim(),
                 scale: 1.0 / (self.head_dim() as f32).sqrt(),
                 n_ctx,
+                kv_type: Default::default(),
             };
             let attn = b.attn(q, kv, pos, mode, meta)?;
             let wo = b.matmul(attn, &self.w(il, "attn_output", &[ne, ne], q8), None)?;

@@ -7,9 +7,13 @@
 //! after it sit at new indices with their old rotation; [`Engine::kv_shift`] re-rotates K rows
 //! by a position delta (NEOX RoPE, as Qwen2/Qwen3 use: rotations compose, so rotating by `d`
 //! turns position `p` into `p + d`). Evaluation refuses to run until every cell's rotation
-//! matches its index again. V rows never depend on the position and move verbatim.
+//! matches its index again. V rows never depend on the position and move verbatim. Packed
+//! rows (f16, q8_0) move as bytes; a shifted K row is decoded, rotated and encoded again
+//! (re-quantized).
 
 use super::{Engine, EngineError};
+use crate::graph::KvType;
+use crate::vec_ops::kv_cache::{decode_row, encode_row};
 use crate::vec_ops::rope::RopeCache;
 
 impl Engine {
@@ -19,6 +23,13 @@ impl Engine {
             Some((cell, &pos)) => Err(EngineError::KvNotAligned { cell, pos }),
             None => Ok(()),
         }
+    }
+
+    /// Bytes of every layer's K and V regions (the whole context, used or not).
+    pub fn kv_bytes(&self) -> usize {
+        let h = self.model.hparams();
+        let per_region = self.kv_type().region_len((h.n_head_kv * h.head_dim) as usize, self.cparams.n_ctx) * 4;
+        2 * h.n_layer as usize * per_region
     }
 
     /// The position each cell's K is rotated with.
@@ -37,9 +48,10 @@ impl Engine {
             return Ok(());
         }
         if p1 < n_past {
-            self.edit_kv(|k, v, width| {
-                k.copy_within(p1 * width..n_past * width, p0 * width);
-                v.copy_within(p1 * width..n_past * width, p0 * width);
+            let rb = self.row_bytes();
+            self.edit_kv(|k, v| {
+                k.copy_within(p1 * rb..n_past * rb, p0 * rb);
+                v.copy_within(p1 * rb..n_past * rb, p0 * rb);
                 Ok(())
             })?;
         }
@@ -63,9 +75,14 @@ impl Engine {
         let h = self.model.hparams();
         let (n_head_kv, head_dim, freq_base) = (h.n_head_kv as usize, h.head_dim as usize, h.rope_freq_base);
         let rot = RopeCache::new(&[delta], head_dim, freq_base).map_err(|e| EngineError::Kv(e.to_string()))?;
-        self.edit_kv(|k, _, width| {
-            for row in k[p0 * width..p1 * width].chunks_exact_mut(width) {
-                rot.apply(row, n_head_kv).map_err(|e| EngineError::Kv(e.to_string()))?;
+        let (kv_type, rb) = (self.kv_type(), self.row_bytes());
+        let kv_err = |e: crate::vec_ops::OpsError| EngineError::Kv(e.to_string());
+        let mut plain = vec![0.0f32; n_head_kv * head_dim];
+        self.edit_kv(|k, _| {
+            for row in k[p0 * rb..p1 * rb].chunks_exact_mut(rb) {
+                decode_row(kv_type, head_dim, row, &mut plain).map_err(kv_err)?;
+                rot.apply(&mut plain, n_head_kv).map_err(kv_err)?;
+                encode_row(kv_type, head_dim, &plain, row).map_err(kv_err)?;
             }
             Ok(())
         })?;
@@ -85,14 +102,19 @@ impl Engine {
         self.kv_shift(keep, n_past - n_discard, -(n_discard as i32))
     }
 
-    /// Calls `f(k, v, row_width)` on host copies of every layer's regions and writes them back.
-    fn edit_kv(&mut self, mut f: impl FnMut(&mut [f32], &mut [f32], usize) -> Result<(), EngineError>) -> Result<(), EngineError> {
-        let n_ctx = self.cparams.n_ctx;
+    /// Bytes of one K (or V) row.
+    fn row_bytes(&self) -> usize {
+        let h = self.model.hparams();
+        self.kv_type().row_bytes((h.n_head_kv * h.head_dim) as usize)
+    }
+
+    /// Calls `f(k, v)` on the bytes of host copies of every layer's regions (row `i` at
+    /// `i * row_bytes`) and writes them back.
+    fn edit_kv(&mut self, mut f: impl FnMut(&mut [u8], &mut [u8]) -> Result<(), EngineError>) -> Result<(), EngineError> {
         let alloc = self.cache.alloc_mut();
         for layer in alloc.kv_layers() {
             let (mut k, mut v) = alloc.copy_kv_to_cpu(layer)?;
-            let width = k.len() / n_ctx.max(1);
-            f(&mut k, &mut v, width)?;
+            f(bytemuck::cast_slice_mut(&mut k), bytemuck::cast_slice_mut(&mut v))?;
             alloc.write_kv_from_cpu(layer, &k, &v)?;
         }
         Ok(())
@@ -100,31 +122,46 @@ impl Engine {
 }
 
 /// The KV of a sequence, for saving: its tokens, their positions, and every layer's first
-/// `tokens.len()` K and V rows.
+/// `tokens.len()` K and V rows as stored (bytes of the engine's [`KvType`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KvSnapshot {
     pub tokens: Vec<u32>,
     pub positions: Vec<i32>,
-    /// Values per K (and V) row.
-    pub width: usize,
-    /// Per layer: K rows, V rows, `[tokens.len()][width]` each.
-    pub layers: Vec<(Vec<f32>, Vec<f32>)>,
+    pub kv_type: KvType,
+    /// Bytes per K (and V) row.
+    pub row_bytes: usize,
+    /// Per layer: K rows, V rows, `[tokens.len()][row_bytes]` bytes each.
+    pub layers: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl KvSnapshot {
+    /// Layer `layer`'s K and V rows as plain f32 values, `[tokens.len()][width]`.
+    pub fn rows_f32(&self, layer: usize, width: usize, head_dim: usize) -> Result<(Vec<f32>, Vec<f32>), EngineError> {
+        let (k, v) = self.layers.get(layer).ok_or_else(|| EngineError::Kv(format!("no layer {layer}")))?;
+        let decode = |bytes: &[u8]| -> Result<Vec<f32>, EngineError> {
+            let mut out = vec![0.0f32; self.tokens.len() * width];
+            for (o, row) in out.chunks_exact_mut(width.max(1)).zip(bytes.chunks_exact(self.row_bytes.max(1))) {
+                decode_row(self.kv_type, head_dim, row, o).map_err(|e| EngineError::Kv(e.to_string()))?;
+            }
+            Ok(out)
+        };
+        Ok((decode(k)?, decode(v)?))
+    }
 }
 
 impl Engine {
     /// A copy of the KV in use.
     pub fn kv_snapshot(&mut self) -> Result<KvSnapshot, EngineError> {
         let n = self.n_past();
-        let n_ctx = self.cparams.n_ctx;
+        let (kv_type, rb) = (self.kv_type(), self.row_bytes());
         let alloc = self.cache.alloc_mut();
         let mut layers = Vec::new();
-        let mut width = 0;
         for layer in alloc.kv_layers() {
             let (k, v) = alloc.copy_kv_to_cpu(layer)?;
-            width = k.len() / n_ctx.max(1);
-            layers.push((k[..n * width].to_vec(), v[..n * width].to_vec()));
+            let bytes = |x: &[f32]| bytemuck::cast_slice::<f32, u8>(x)[..n * rb].to_vec();
+            layers.push((bytes(&k), bytes(&v)));
         }
-        Ok(KvSnapshot { tokens: self.tokens.clone(), positions: self.cell_pos.clone(), width, layers })
+        Ok(KvSnapshot { tokens: self.tokens.clone(), positions: self.cell_pos.clone(), kv_type, row_bytes: rb, layers })
     }
 
     /// Replaces the KV with `snap` (taken from an engine of the same model, any context size
@@ -149,20 +186,19 @@ impl Engine {
             let model = &self.model;
             self.cache.prepare(&params, &self.sched, |p| model.def.build_graph(p))?;
         }
-        let alloc = self.cache.alloc_mut();
-        let layers = alloc.kv_layers();
-        let width = match layers.first() {
-            Some(&l) => alloc.copy_kv_to_cpu(l)?.0.len() / n_ctx.max(1),
-            None => 0,
-        };
+        let (kv_type, rb) = (self.kv_type(), self.row_bytes());
         // Everything is checked before anything is written.
-        if snap.width != width || snap.layers.iter().any(|(k, v)| k.len() != n * width || v.len() != n * width) {
-            return bad(format!("rows of {} values, this engine's are {width}", snap.width));
+        if snap.kv_type != kv_type {
+            return bad(format!("cells stored as {}, this engine's are {kv_type}", snap.kv_type));
         }
-        for (layer, (ks, vs)) in layers.into_iter().zip(&snap.layers) {
+        if snap.row_bytes != rb || snap.layers.iter().any(|(k, v)| k.len() != n * rb || v.len() != n * rb) {
+            return bad(format!("rows of {} bytes, this engine's are {rb}", snap.row_bytes));
+        }
+        let alloc = self.cache.alloc_mut();
+        for (layer, (ks, vs)) in alloc.kv_layers().into_iter().zip(&snap.layers) {
             let (mut k, mut v) = alloc.copy_kv_to_cpu(layer)?;
-            k[..n * width].copy_from_slice(ks);
-            v[..n * width].copy_from_slice(vs);
+            bytemuck::cast_slice_mut::<f32, u8>(&mut k)[..n * rb].copy_from_slice(ks);
+            bytemuck::cast_slice_mut::<f32, u8>(&mut v)[..n * rb].copy_from_slice(vs);
             alloc.write_kv_from_cpu(layer, &k, &v)?;
         }
         self.tokens = snap.tokens.clone();
