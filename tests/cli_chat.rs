@@ -74,6 +74,8 @@ fn piped_turns_stats_and_reset() {
     assert!(stats[1].starts_with("context: 0 / 1024 tokens"), "{}", stats[1]);
     assert!(r.stderr.contains("conversation reset"));
     assert!(!r.stdout.contains("never"));
+    // progress bars are for terminals only
+    assert!(!r.stderr.contains("loading [") && !r.stderr.contains("prefill ["), "{}", r.stderr);
 }
 
 #[test]

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Args;
 
 use super::engine_args::EngineArgs;
+use super::progress::{PREFILL_BAR_TOKENS, Progress};
 use super::{CliError, Out, SamplingArgs, model_files};
 use crate::generate::session::{Session, model_fingerprint};
 use crate::generate::{Conversation, ConversationParams, GenerateParams};
@@ -59,6 +60,19 @@ pub fn run(out: &mut Out, a: &ChatArgs) -> Result<(), CliError> {
     let params = ConversationParams { system: a.system.clone(), keep: a.keep, context_shift: !a.no_context_shift, generate };
     let mut conv = Conversation::new(engine, &tok, &template, render, params).map_err(|e| CliError::Chat(e.to_string()))?;
 
+    // A bar for long prefills (on a terminal only), made when one starts, cleared at its end.
+    let mut bar: Option<Progress> = None;
+    conv.set_prefill_progress(Box::new(move |done, total| {
+        if total < PREFILL_BAR_TOKENS {
+            return;
+        }
+        let b = bar.get_or_insert_with(|| Progress::tokens(total, "prefill"));
+        b.set(done as u64);
+        if done >= total {
+            b.finish();
+            bar = None;
+        }
+    }));
     let interactive = std::io::stdin().is_terminal();
     // Ctrl-C: stop the answer being generated; at the prompt, leave.
     let generating = Arc::new(AtomicBool::new(false));

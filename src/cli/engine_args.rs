@@ -55,6 +55,7 @@ impl EngineArgs {
 
     /// An engine for `file`, with a context of at least `min_ctx` tokens.
     pub fn engine(&self, file: Arc<GgufFile>, min_ctx: usize) -> Result<Engine, CliError> {
+        super::progress::load_with_bar(&file);
         let model = Arc::new(load_model(file)?);
         let train = model.hparams().n_ctx_train as usize;
         let n_ctx = match self.ctx {

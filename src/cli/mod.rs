@@ -8,6 +8,7 @@ mod info;
 mod logits;
 mod model_files;
 mod output;
+mod progress;
 mod run;
 mod serve;
 mod template;

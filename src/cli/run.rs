@@ -7,7 +7,9 @@ use serde_json::json;
 
 use super::engine_args::EngineArgs;
 use super::{CliError, Out, model_files};
-use crate::generate::{GenerateParams, SamplerParams, generate};
+use super::progress::{PREFILL_BAR_TOKENS, Progress};
+use crate::generate::{Engine, GenerateError, GenerateParams, Generation, Generator, SamplerParams, generate};
+use crate::tokenizer::Tokenizer;
 
 /// Where the prompt comes from.
 pub enum Prompt<'a> {
@@ -24,6 +26,30 @@ pub struct RunArgs {
     pub json: bool,
     pub dump_graph: Option<PathBuf>,
     pub dump_graph_json: Option<PathBuf>,
+}
+
+/// [`generate`], with a prefill bar on a terminal for long prompts (evaluated in chunks of
+/// [`PREFILL_BAR_TOKENS`] then, unless `--ubatch` says otherwise; chunking does not change the
+/// logits).
+fn generate_with_bar(
+    engine: &mut Engine,
+    tok: &Tokenizer,
+    ids: &[u32],
+    params: &GenerateParams,
+    on_text: &mut dyn FnMut(&str) -> Result<(), String>,
+) -> Result<Generation, GenerateError> {
+    let bar = Progress::tokens(ids.len(), "prefill");
+    if !bar.shown() || ids.len() < PREFILL_BAR_TOKENS {
+        return generate(engine, tok, ids, params, on_text);
+    }
+    let params = GenerateParams { ubatch: Some(params.ubatch.unwrap_or(PREFILL_BAR_TOKENS)), ..params.clone() };
+    let mut g = Generator::new(engine, tok, ids, &params)?;
+    while g.prompt_left() > 0 {
+        g.step(engine)?;
+        bar.set((ids.len() - g.prompt_left()) as u64);
+    }
+    bar.finish();
+    g.run_to_end(engine, on_text)
 }
 
 pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(), CliError> {
@@ -48,7 +74,7 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
         n_probs: None,
     };
     let json = a.json;
-    let g = generate(&mut engine, &tok, &ids, &params, &mut |s| {
+    let g = generate_with_bar(&mut engine, &tok, &ids, &params, &mut |s| {
         if json {
             return Ok(());
         }

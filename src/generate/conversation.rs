@@ -94,6 +94,8 @@ pub struct Conversation<'t> {
     dropped: Vec<u32>,
     keep: usize,
     last: TurnStats,
+    /// Called after every prefill chunk with (tokens done, tokens to prefill).
+    prefill_progress: Option<Box<dyn FnMut(usize, usize) + 't>>,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -111,7 +113,7 @@ impl<'t> Conversation<'t> {
         params: ConversationParams,
     ) -> Result<Conversation<'t>, ConversationError> {
         engine.reset();
-        let mut c = Conversation { engine, tok, template, render, params, messages: Vec::new(), dropped: Vec::new(), keep: 0, last: TurnStats::default() };
+        let mut c = Conversation { engine, tok, template, render, params, messages: Vec::new(), dropped: Vec::new(), keep: 0, last: TurnStats::default(), prefill_progress: None };
         c.reset()?;
         Ok(c)
     }
@@ -130,6 +132,11 @@ impl<'t> Conversation<'t> {
         self.keep = self.keep.min(self.engine.n_ctx() / 2);
         self.last = TurnStats::default();
         Ok(())
+    }
+
+    /// Reports prefill progress (a progress bar) after every chunk.
+    pub fn set_prefill_progress(&mut self, f: Box<dyn FnMut(usize, usize) + 't>) {
+        self.prefill_progress = Some(f);
     }
 
     pub fn messages(&self) -> &[ChatMessage] {
@@ -244,9 +251,12 @@ impl<'t> Conversation<'t> {
             return Err(ConversationError::ContextFull { needed: self.engine.n_past() + new.len(), n_ctx: self.engine.n_ctx() });
         }
         let mut logits = Vec::new();
-        for part in new.chunks(chunk) {
+        for (i, part) in new.chunks(chunk).enumerate() {
             self.make_room(part.len(), stats)?;
             logits = self.engine.eval(part, 1)?;
+            if let Some(report) = &mut self.prefill_progress {
+                report((i * chunk + part.len()).min(new.len()), new.len());
+            }
         }
         stats.n_prefilled = new.len();
         stats.prefill_secs = t0.elapsed().as_secs_f64();

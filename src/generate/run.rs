@@ -168,6 +168,19 @@ impl<'t> Generator<'t> {
         self.out.prompt_ids.len() - self.prefilled
     }
 
+    /// Steps until generation ends; `on_text` gets the text as it becomes final.
+    pub fn run_to_end(mut self, engine: &mut Engine, on_text: &mut dyn FnMut(&str) -> Result<(), String>) -> Result<Generation, GenerateError> {
+        loop {
+            let step = self.step(engine)?;
+            if !step.text.is_empty() {
+                on_text(&step.text).map_err(GenerateError::Sink)?;
+            }
+            if step.finished.is_some() {
+                return Ok(self.into_generation());
+            }
+        }
+    }
+
     /// One forward pass: the next prefill chunk, or sample a token, emit its text and evaluate
     /// it. Do not call again after a step reported `finished`.
     pub fn step(&mut self, engine: &mut Engine) -> Result<StepOutput, GenerateError> {
@@ -250,14 +263,5 @@ pub fn generate(
     p: &GenerateParams,
     on_text: &mut dyn FnMut(&str) -> Result<(), String>,
 ) -> Result<Generation, GenerateError> {
-    let mut g = Generator::new(engine, tok, prompt, p)?;
-    loop {
-        let step = g.step(engine)?;
-        if !step.text.is_empty() {
-            on_text(&step.text).map_err(GenerateError::Sink)?;
-        }
-        if step.finished.is_some() {
-            return Ok(g.into_generation());
-        }
-    }
+    Generator::new(engine, tok, prompt, p)?.run_to_end(engine, on_text)
 }

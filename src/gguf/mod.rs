@@ -108,6 +108,19 @@ impl GgufFile {
         self.data_offset
     }
 
+    /// Reads one byte of every 4 KiB page of the tensor data, so that the first forward pass
+    /// does not stop on page faults; `progress(done, total)` is called every 64 MiB (bytes).
+    pub fn prefault(&self, mut progress: impl FnMut(u64, u64)) {
+        let data = self.storage.bytes().get(self.data_offset as usize..).unwrap_or(&[]);
+        let total = data.len() as u64;
+        let mut sum = 0u8;
+        for (i, chunk) in data.chunks(64 << 20).enumerate() {
+            sum = chunk.iter().step_by(4096).fold(sum, |s, &b| s.wrapping_add(b));
+            progress(((i as u64 + 1) * (64 << 20)).min(total), total);
+        }
+        std::hint::black_box(sum);
+    }
+
     /// Total size of the file in bytes.
     pub fn file_size(&self) -> u64 {
         self.storage.bytes().len() as u64
