@@ -19,6 +19,14 @@ fn chat_n(model: &Path, input: &str, n: usize) -> Run {
 }
 
 fn chat_with(model: &Path, input: &str, n: usize, cache_type: &str) -> Run {
+    run_chat(model, input.as_bytes().to_vec(), n, cache_type)
+}
+
+fn chat_bytes(model: &Path, input: Vec<u8>) -> Run {
+    run_chat(model, input, 32, "f32")
+}
+
+fn run_chat(model: &Path, input: Vec<u8>, n: usize, cache_type: &str) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
         .args(["chat", "-m", model.to_str().unwrap(), "--temp", "0", "-t", "2", "-n", &n.to_string(), "--ctx", "1024"])
         .args(["--cache-type", cache_type])
@@ -27,7 +35,7 @@ fn chat_with(model: &Path, input: &str, n: usize, cache_type: &str) -> Run {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.stdin.take().unwrap().write_all(&input).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     Run { stdout: String::from_utf8(out.stdout).unwrap(), stderr: String::from_utf8(out.stderr).unwrap() }
@@ -62,6 +70,12 @@ fn stats_line(out: &str) -> Vec<&str> {
 fn piped_turns_stats_and_reset() {
     let m = common::model_path(common::QWEN2_05B);
     let r = chat(&m, &format!("{MATH}\n/stats\n/reset\n/stats\n/exit\nnever read\n"));
+    // a session saved before the first turn loads back; a line that is not UTF-8 is refused
+    let empty = tmp("empty.kv");
+    let e = chat_bytes(&m, format!("/save {0}\n/load {0}\n", empty.display()).as_bytes().iter().chain(b"\xff\xfe\n/stats\n").copied().collect());
+    assert!(e.stderr.contains("loaded 0 tokens"), "{}", e.stderr);
+    assert!(e.stderr.contains("error: the line is not valid UTF-8"), "{}", e.stderr);
+    assert!(stats_line(&e.stdout)[0].starts_with("context: 0 / 1024"));
     let lines: Vec<&str> = r.stdout.lines().collect();
     let (n_prompt, n_generated, answer) = chat_math();
     assert_eq!(lines[0], answer, "{}", r.stdout);
@@ -106,6 +120,7 @@ fn a_q8_0_session_continues_in_a_q8_0_engine_and_is_refused_by_an_f32_one() {
     let whole = chat_with(&m, &format!("My name is Ada.\n/save {f}\n{last}"), 32, "q8_0");
     let resumed = chat_with(&m, &format!("/load {f}\n{last}"), 32, "q8_0");
     assert_eq!(resumed.stdout.lines().last(), whole.stdout.lines().last(), "{}\n{}", whole.stdout, resumed.stdout);
+    assert!(resumed.stderr.contains("loaded"), "{}", resumed.stderr);
     let refused = chat_with(&m, &format!("/load {f}\n"), 32, "f32");
     assert!(refused.stderr.contains("error: ") && refused.stderr.contains("q8_0"), "{}", refused.stderr);
     std::fs::remove_file(file).ok();
@@ -173,6 +188,14 @@ fn tmux_session_streams_and_obeys_commands() {
     };
     let cmd = format!("{} chat -m {} --temp 0 -t 2 --ctx 1024", env!("CARGO_BIN_EXE_minfer"), m.display());
     tmux(&["new-session", "-d", "-s", &name, "-x", "200", "-y", "50", &cmd]);
+    // The session (and minfer in it) goes away even when an assertion fails.
+    struct Kill(String);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux").args(["kill-session", "-t", &self.0]).stderr(Stdio::null()).status();
+        }
+    }
+    let _kill = Kill(name.clone());
     // capture-pane trims trailing spaces: the prompt "> " shows as ">"
     wait_for(&|s| s.lines().any(|l| l == ">"), 60);
     tmux(&["send-keys", "-t", &name, "Write a long story about a dragon.", "Enter"]);

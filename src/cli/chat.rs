@@ -61,15 +61,19 @@ pub fn run(out: &mut Out, a: &ChatArgs) -> Result<(), CliError> {
     let mut conv = Conversation::new(engine, &tok, &template, render, params).map_err(|e| CliError::Chat(e.to_string()))?;
 
     // A bar for long prefills (on a terminal only), made when one starts, cleared at its end.
-    let mut bar: Option<Progress> = None;
+    // A prefill that failed part-way leaves its bar until the next one starts (done goes back).
+    let mut bar: Option<(Progress, usize)> = None;
     conv.set_prefill_progress(Box::new(move |done, total| {
         if total < PREFILL_BAR_TOKENS {
             return;
         }
-        let b = bar.get_or_insert_with(|| Progress::tokens(total, "prefill"));
+        if bar.as_ref().is_some_and(|(_, last)| done <= *last) {
+            bar = None;
+        }
+        let (b, last) = bar.get_or_insert_with(|| (Progress::tokens(total, "prefill"), 0));
         b.set(done as u64);
+        *last = done;
         if done >= total {
-            b.finish();
             bar = None;
         }
     }));
@@ -100,7 +104,15 @@ pub fn run(out: &mut Out, a: &ChatArgs) -> Result<(), CliError> {
             out.flush()?;
         }
         let Some(line) = lines.next() else { break };
-        let line = line.map_err(|e| CliError::Stdin(e.to_string()))?;
+        let line = match line {
+            Ok(l) => l,
+            // A line that is not UTF-8 is refused; the conversation goes on.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                eprintln!("error: the line is not valid UTF-8");
+                continue;
+            }
+            Err(e) => return Err(CliError::Stdin(e.to_string())),
+        };
         let line = line.trim_end_matches(['\r', '\n']);
         if line.trim().is_empty() {
             continue;

@@ -52,6 +52,12 @@ impl Progress {
     }
 }
 
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 /// Pages the model in with a bar, on a terminal; does nothing otherwise.
 pub fn load_with_bar(f: &GgufFile) {
     let bar = Progress::bytes(f.file_size(), "loading");

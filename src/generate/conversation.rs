@@ -193,10 +193,15 @@ impl<'t> Conversation<'t> {
     /// conversation is unchanged.
     pub fn restore_session(&mut self, s: Session, fingerprint: u64) -> Result<(), ConversationError> {
         s.check_compatible(fingerprint, self.engine.kv_type())?;
+        let n_ctx = self.engine.n_ctx();
+        if !s.dropped.is_empty() && s.keep > s.kv.tokens.len() {
+            return Err(SessionError::Malformed(format!("keep {} is past the {} tokens in the KV", s.keep, s.kv.tokens.len())).into());
+        }
         self.engine.kv_restore(&s.kv)?;
         self.messages = s.messages;
         self.dropped = s.dropped;
-        self.keep = s.keep;
+        // A session saved with a larger context may keep more than this one can.
+        self.keep = s.keep.min(n_ctx / 2);
         self.last = TurnStats::default();
         Ok(())
     }
@@ -220,20 +225,34 @@ impl<'t> Conversation<'t> {
         }
         // Half of what follows `keep`, as llama.cpp does, or more when that is not enough.
         let n_discard = ((n_past - self.keep) / 2).max(n_past + n_new - n_ctx);
-        self.dropped.extend_from_slice(&self.engine.tokens()[self.keep..self.keep + n_discard]);
-        self.engine.context_shift(self.keep, n_discard)?;
+        let gone = self.engine.tokens()[self.keep..self.keep + n_discard].to_vec();
+        if let Err(e) = self.engine.context_shift(self.keep, n_discard) {
+            // The engine forgot its KV on the failure: so does the conversation's history.
+            self.dropped.clear();
+            return Err(e.into());
+        }
+        self.dropped.extend_from_slice(&gone);
         stats.n_discarded += n_discard;
         Ok(())
     }
 
     /// Makes the KV hold `full` (the rendered conversation); returns the logits of its last
     /// token.
-    fn sync(&mut self, full: &[u32], stats: &mut TurnStats) -> Result<Vec<f32>, ConversationError> {
+    /// `None` when `cancel` was set between two chunks (what was evaluated stays in the KV).
+    fn sync(&mut self, full: &[u32], stats: &mut TurnStats, cancel: &AtomicBool) -> Result<Option<Vec<f32>>, ConversationError> {
         let history = self.history();
         // At least one token is evaluated: its logits start the answer.
         let mut c = common_prefix(&history, full).min(full.len().saturating_sub(1));
         let dropped_end = self.keep + self.dropped.len();
-        if !self.dropped.is_empty() && c < dropped_end {
+        let restart = !self.dropped.is_empty() && c < dropped_end;
+        // Cells the KV keeps, and the tokens to evaluate after them.
+        let (kept, n_new) = if restart { (0, full.len()) } else { (c - self.dropped.len(), full.len() - c) };
+        let n_ctx = self.engine.n_ctx();
+        if !self.params.context_shift && kept + n_new > n_ctx {
+            // Checked before the KV is touched.
+            return Err(ConversationError::ContextFull { needed: kept + n_new, n_ctx });
+        }
+        if restart {
             // The change reaches into what a shift dropped: start over.
             self.engine.reset();
             self.dropped.clear();
@@ -246,12 +265,12 @@ impl<'t> Conversation<'t> {
         let new = &full[c..];
         let t0 = Instant::now();
         let ubatch = self.params.generate.ubatch.unwrap_or(512).max(1);
-        let chunk = if self.params.context_shift { ubatch.min(((self.engine.n_ctx() - self.keep) / 2).max(1)) } else { ubatch };
-        if !self.params.context_shift && self.engine.n_past() + new.len() > self.engine.n_ctx() {
-            return Err(ConversationError::ContextFull { needed: self.engine.n_past() + new.len(), n_ctx: self.engine.n_ctx() });
-        }
+        let chunk = if self.params.context_shift { ubatch.min((n_ctx.saturating_sub(self.keep) / 2).max(1)) } else { ubatch };
         let mut logits = Vec::new();
         for (i, part) in new.chunks(chunk).enumerate() {
+            if cancel.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
             self.make_room(part.len(), stats)?;
             logits = self.engine.eval(part, 1)?;
             if let Some(report) = &mut self.prefill_progress {
@@ -260,7 +279,7 @@ impl<'t> Conversation<'t> {
         }
         stats.n_prefilled = new.len();
         stats.prefill_secs = t0.elapsed().as_secs_f64();
-        Ok(logits)
+        Ok(Some(logits))
     }
 
     /// One exchange: the user's message, then the streamed answer (`on_text` gets text as it
@@ -270,7 +289,12 @@ impl<'t> Conversation<'t> {
         messages.push(ChatMessage::user(user));
         let full = self.tok.encode_prompt(&self.render_text(&messages, true)?, true);
         let mut stats = TurnStats::default();
-        let logits = self.sync(&full, &mut stats)?;
+        let Some(logits) = self.sync(&full, &mut stats, cancel)? else {
+            // Cancelled during the prefill: no answer, and the turn is not part of the
+            // conversation (the next turn re-uses whatever of its prompt reached the KV).
+            self.last = stats;
+            return Ok(Turn { text: String::new(), generated_ids: Vec::new(), stop: None, stats });
+        };
         let context = self.history();
         let mut g = Generator::resume(self.tok, &context, logits, &self.params.generate)?;
         let t0 = Instant::now();
@@ -294,8 +318,11 @@ impl<'t> Conversation<'t> {
         stats.n_generated = out.generated_ids.len();
         stats.gen_secs = t0.elapsed().as_secs_f64();
         self.last = stats;
-        messages.push(ChatMessage::assistant(out.text.clone()));
-        self.messages = messages;
+        // A turn cancelled before its first token is not part of the conversation.
+        if stop.is_some() || !out.generated_ids.is_empty() {
+            messages.push(ChatMessage::assistant(out.text.clone()));
+            self.messages = messages;
+        }
         Ok(Turn { text: out.text, generated_ids: out.generated_ids, stop, stats })
     }
 }

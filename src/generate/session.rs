@@ -46,6 +46,8 @@ pub enum SessionError {
     Backend { found: u32, this: u32 },
     #[error("the session's KV cells are {found}; this engine's are {this} (use --cache-type {found})")]
     KvFormat { found: String, this: KvType },
+    #[error("session file has an unknown KV format tag {0}")]
+    UnknownKvFormat(u32),
     #[error("session file is malformed: {0}")]
     Malformed(String),
 }
@@ -192,7 +194,7 @@ impl Session {
         let kv_type = [KvType::F32, KvType::F16, KvType::Q8_0]
             .into_iter()
             .find(|t| t.tag() == kv_format)
-            .ok_or(SessionError::KvFormat { found: format!("format {kv_format}"), this: KvType::F32 })?;
+            .ok_or(SessionError::UnknownKvFormat(kv_format))?;
         let (n_layer, row_bytes, keep, n) = (r.u32()? as usize, r.u32()? as usize, r.u32()? as usize, r.u32()? as usize);
         let tokens: Vec<u32> = r.words(n)?.map(u32::from_le_bytes).collect();
         let positions: Vec<i32> = r.words(n)?.map(i32::from_le_bytes).collect();
@@ -202,6 +204,10 @@ impl Session {
         let messages: Vec<ChatMessage> =
             serde_json::from_slice(r.take(n_json)?).map_err(|e| SessionError::Malformed(format!("messages: {e}")))?;
         let size = n.checked_mul(row_bytes).ok_or(SessionError::Malformed("KV size overflows".into()))?;
+        // No model has this many layers; the bound keeps a crafted count from looping for long.
+        if n_layer > 4096 {
+            return Err(SessionError::Malformed(format!("{n_layer} layers")));
+        }
         let mut layers = Vec::with_capacity(n_layer.min(1024));
         for _ in 0..n_layer {
             let k = r.take(size)?.to_vec();

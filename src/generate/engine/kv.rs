@@ -99,7 +99,12 @@ impl Engine {
             return Err(EngineError::KvRange { p0: keep, p1: end, n_past });
         }
         self.kv_rm(keep, end)?;
-        self.kv_shift(keep, n_past - n_discard, -(n_discard as i32))
+        let r = self.kv_shift(keep, n_past - n_discard, -(n_discard as i32));
+        if r.is_err() {
+            // Half a shift leaves cells at the wrong positions: forget the KV instead.
+            self.reset();
+        }
+        r
     }
 
     /// Bytes of one K (or V) row.
@@ -110,12 +115,31 @@ impl Engine {
 
     /// Calls `f(k, v)` on the bytes of host copies of every layer's regions (row `i` at
     /// `i * row_bytes`) and writes them back.
+    /// A failure part-way leaves layers edited and others not: the KV is then forgotten.
     fn edit_kv(&mut self, mut f: impl FnMut(&mut [u8], &mut [u8]) -> Result<(), EngineError>) -> Result<(), EngineError> {
         let alloc = self.cache.alloc_mut();
-        for layer in alloc.kv_layers() {
-            let (mut k, mut v) = alloc.copy_kv_to_cpu(layer)?;
-            f(bytemuck::cast_slice_mut(&mut k), bytemuck::cast_slice_mut(&mut v))?;
-            alloc.write_kv_from_cpu(layer, &k, &v)?;
+        let mut all = || -> Result<(), EngineError> {
+            for layer in alloc.kv_layers() {
+                let (mut k, mut v) = alloc.copy_kv_to_cpu(layer)?;
+                f(bytemuck::cast_slice_mut(&mut k), bytemuck::cast_slice_mut(&mut v))?;
+                alloc.write_kv_from_cpu(layer, &k, &v)?;
+            }
+            Ok(())
+        };
+        let r = all();
+        if r.is_err() {
+            self.reset();
+        }
+        r
+    }
+
+    /// Makes the KV regions exist (they come with the first graph): prepares one, executes
+    /// nothing.
+    fn ensure_regions(&mut self) -> Result<(), EngineError> {
+        if self.cache.alloc().kv_layers().len() != self.model.hparams().n_layer as usize {
+            let params = self.graph_params(1, 1);
+            let model = &self.model;
+            self.cache.prepare(&params, &self.sched, |p| model.def.build_graph(p))?;
         }
         Ok(())
     }
@@ -152,6 +176,7 @@ impl KvSnapshot {
 impl Engine {
     /// A copy of the KV in use.
     pub fn kv_snapshot(&mut self) -> Result<KvSnapshot, EngineError> {
+        self.ensure_regions()?;
         let n = self.n_past();
         let (kv_type, rb) = (self.kv_type(), self.row_bytes());
         let alloc = self.cache.alloc_mut();
@@ -176,16 +201,14 @@ impl Engine {
         if snap.positions.len() != n {
             return bad(format!("{} positions for {n} tokens", snap.positions.len()));
         }
+        if let Some((cell, &pos)) = snap.positions.iter().enumerate().find(|&(i, &p)| p != i as i32) {
+            return bad(format!("cell {cell} holds position {pos}: cells must be at their positions"));
+        }
         let n_layer = self.model.hparams().n_layer as usize;
         if snap.layers.len() != n_layer {
             return bad(format!("{} layers, the model has {n_layer}", snap.layers.len()));
         }
-        if self.cache.alloc().kv_layers().len() != n_layer {
-            // The regions are made with the first graph: prepare one, execute nothing.
-            let params = self.graph_params(1, 1);
-            let model = &self.model;
-            self.cache.prepare(&params, &self.sched, |p| model.def.build_graph(p))?;
-        }
+        self.ensure_regions()?;
         let (kv_type, rb) = (self.kv_type(), self.row_bytes());
         // Everything is checked before anything is written.
         if snap.kv_type != kv_type {
@@ -194,15 +217,16 @@ impl Engine {
         if snap.row_bytes != rb || snap.layers.iter().any(|(k, v)| k.len() != n * rb || v.len() != n * rb) {
             return bad(format!("rows of {} bytes, this engine's are {rb}", snap.row_bytes));
         }
-        let alloc = self.cache.alloc_mut();
-        for (layer, (ks, vs)) in alloc.kv_layers().into_iter().zip(&snap.layers) {
-            let (mut k, mut v) = alloc.copy_kv_to_cpu(layer)?;
-            bytemuck::cast_slice_mut::<f32, u8>(&mut k)[..n * rb].copy_from_slice(ks);
-            bytemuck::cast_slice_mut::<f32, u8>(&mut v)[..n * rb].copy_from_slice(vs);
-            alloc.write_kv_from_cpu(layer, &k, &v)?;
-        }
+        // The tokens are set first: if a layer fails to write, edit_kv's failure path forgets
+        // the whole KV rather than leave some layers restored.
         self.tokens = snap.tokens.clone();
         self.cell_pos = snap.positions.clone();
-        Ok(())
+        let mut layers = snap.layers.iter();
+        self.edit_kv(|k, v| {
+            let (ks, vs) = layers.next().ok_or_else(|| EngineError::Kv("a layer is missing".into()))?;
+            k[..n * rb].copy_from_slice(ks);
+            v[..n * rb].copy_from_slice(vs);
+            Ok(())
+        })
     }
 }
