@@ -168,6 +168,40 @@ fn reduce_slots(acc: &[f32], hd: usize, out: &mut [f32]) {
     }
 }
 
+/// The checks of a KV store, for any cell format: one K and one V row per cell, regions of
+/// `region_len(width)` f32 slots, every cell inside `0..n_ctx`. Returns the row width, or
+/// `None` when there is nothing to store.
+pub(crate) fn check_store(
+    k: &[f32],
+    v: &[f32],
+    cells: &[i32],
+    n_ctx: usize,
+    (k_region, v_region): (usize, usize),
+    region_len: impl Fn(usize) -> usize,
+) -> Result<Option<usize>, OpsError> {
+    let nt = cells.len();
+    check_len("kv_store v", k.len(), v.len())?;
+    if nt == 0 {
+        return check_len("kv_store k (no cells)", 0, k.len()).map(|_| None);
+    }
+    let width = rows_of("kv_store k (one row per cell)", k.len(), nt)?;
+    if width == 0 {
+        return Err(OpsError::BadDim {
+            what: "kv_store row width",
+            value: 0,
+            why: "rows must have values",
+        });
+    }
+    check_len("kv_store k region", region_len(width), k_region)?;
+    check_len("kv_store v region", region_len(width), v_region)?;
+    for (token, &cell) in cells.iter().enumerate() {
+        if cell < 0 || cell as usize >= n_ctx {
+            return Err(OpsError::Cell { token, cell, n_ctx });
+        }
+    }
+    Ok(Some(width))
+}
+
 /// Stores the K and V rows of `cells.len()` tokens, `[nt][n_head_kv * head_dim]` each, into
 /// rows `cells[t]` of the caches, `[n_ctx][n_head_kv * head_dim]`. Checks every cell before
 /// writing anything.
@@ -179,26 +213,9 @@ pub fn kv_store(
     k_cache: &mut [f32],
     v_cache: &mut [f32],
 ) -> Result<(), OpsError> {
-    let nt = cells.len();
-    check_len("kv_store v", k.len(), v.len())?;
-    if nt == 0 {
-        return check_len("kv_store k (no cells)", 0, k.len());
-    }
-    let width = rows_of("kv_store k (one row per cell)", k.len(), nt)?;
-    if width == 0 {
-        return Err(OpsError::BadDim {
-            what: "kv_store row width",
-            value: 0,
-            why: "rows must have values",
-        });
-    }
-    check_len("kv_store k_cache", n_ctx * width, k_cache.len())?;
-    check_len("kv_store v_cache", n_ctx * width, v_cache.len())?;
-    for (token, &cell) in cells.iter().enumerate() {
-        if cell < 0 || cell as usize >= n_ctx {
-            return Err(OpsError::Cell { token, cell, n_ctx });
-        }
-    }
+    let Some(width) = check_store(k, v, cells, n_ctx, (k_cache.len(), v_cache.len()), |w| n_ctx * w)? else {
+        return Ok(());
+    };
     for ((&cell, kr), vr) in cells
         .iter()
         .zip(k.chunks_exact(width))

@@ -7,7 +7,7 @@
 //! Q8_0 rows are stored rotated head by head ([`hadamard`](super::hadamard)), as llama.cpp
 //! stores quantized caches: [`encode_row`] / [`decode_row`] give and take the plain values.
 
-use super::attention::{AttnArgs, attention, kv_store};
+use super::attention::{AttnArgs, attention, check_store, kv_store};
 use super::pool::Pool;
 use super::hadamard::rotate_heads;
 use super::error::{OpsError, check_len};
@@ -172,17 +172,10 @@ pub fn kv_store_typed(
     if kv_type == KvType::F32 {
         return kv_store(k, v, cells, n_ctx, k_region, v_region);
     }
-    check_len("kv_store v", k.len(), v.len())?;
-    let nt = cells.len().max(1);
-    let width = k.len() / nt;
-    check_len("kv_store k (one row per cell)", width * cells.len(), k.len())?;
-    check_len("kv_store k region", kv_type.region_len(width, n_ctx), k_region.len())?;
-    check_len("kv_store v region", kv_type.region_len(width, n_ctx), v_region.len())?;
-    for (token, &cell) in cells.iter().enumerate() {
-        if cell < 0 || cell as usize >= n_ctx {
-            return Err(OpsError::Cell { token, cell, n_ctx });
-        }
-    }
+    let regions = (k_region.len(), v_region.len());
+    let Some(width) = check_store(k, v, cells, n_ctx, regions, |w| kv_type.region_len(w, n_ctx))? else {
+        return Ok(());
+    };
     for (t, &cell) in cells.iter().enumerate() {
         let c = cell as usize;
         encode_row(kv_type, head_dim, &k[t * width..(t + 1) * width], row_bytes_mut(kv_type, k_region, width, c)?)?;
