@@ -28,8 +28,7 @@ fn fixture(name: &str) -> Fixture {
     let f = GgufFile::open(common::model_path(name)).unwrap();
     let tok = Tokenizer::from_gguf(&f).unwrap();
     let template = ChatTemplate::new("t", f.get_str("tokenizer.chat_template").unwrap()).unwrap();
-    let text = |id: Option<u32>| id.map(|i| tok.token_text(i).unwrap().to_string()).unwrap_or_default();
-    let render = RenderOptions { bos_token: text(tok.bos_id()), eos_token: text(tok.eos_id()), ..RenderOptions::default() };
+    let render = RenderOptions::for_tokenizer(&tok);
     Fixture { model: Arc::new(load_model(Arc::new(f)).unwrap()), tok, template, render }
 }
 

@@ -27,6 +27,13 @@ pub struct RenderOptions {
 }
 
 impl RenderOptions {
+    /// Options whose `bos_token` / `eos_token` are the texts of `tok`'s BOS and EOS tokens
+    /// (empty when the vocabulary has none), as HF passes a tokenizer's special tokens.
+    pub fn for_tokenizer(tok: &crate::tokenizer::Tokenizer) -> RenderOptions {
+        let text_of = |id: Option<u32>| id.and_then(|i| tok.token_text(i).ok()).unwrap_or("").to_string();
+        RenderOptions { bos_token: text_of(tok.bos_id()), eos_token: text_of(tok.eos_id()), ..RenderOptions::default() }
+    }
+
     /// Options for a prompt that asks the model for the next assistant turn.
     pub fn generation() -> RenderOptions {
         RenderOptions {

@@ -47,7 +47,7 @@ const HELP: &str = "commands: /reset (forget the conversation), /save FILE, /loa
 pub fn run(out: &mut Out, a: &ChatArgs) -> Result<(), CliError> {
     let (f, tok) = model_files::open_with_tokenizer(&a.model)?;
     let template = model_files::chat_template(&f)?;
-    let render = model_files::render_options(&tok, None);
+    let render = crate::chat::RenderOptions::for_tokenizer(&tok);
     let fingerprint = model_fingerprint(&f);
     let engine = a.engine.engine(Arc::new(f), 1)?;
     let generate = GenerateParams {

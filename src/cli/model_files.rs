@@ -26,15 +26,9 @@ pub fn read_messages(path: &Path) -> Result<ChatRequest, CliError> {
     parse_chat_request_json(&text).map_err(|e| CliError::Messages { path: path.to_path_buf(), source: e })
 }
 
-/// Template options with the BOS/EOS texts of the model's vocabulary.
-pub fn render_options(tok: &Tokenizer, tools: Option<serde_json::Value>) -> RenderOptions {
-    let text_of = |id: Option<u32>| id.and_then(|i| tok.token_text(i).ok()).unwrap_or("").to_string();
-    RenderOptions { tools, bos_token: text_of(tok.bos_id()), eos_token: text_of(tok.eos_id()), ..RenderOptions::default() }
-}
-
 /// Renders a conversation with the model's own template, BOS/EOS texts from its vocabulary.
 pub fn render_chat(f: &GgufFile, tok: &Tokenizer, req: &ChatRequest, add_generation_prompt: bool) -> Result<String, CliError> {
     let template = chat_template(f)?;
-    let opts = RenderOptions { add_generation_prompt, ..render_options(tok, req.tools.clone()) };
+    let opts = RenderOptions { add_generation_prompt, tools: req.tools.clone(), ..RenderOptions::for_tokenizer(tok) };
     Ok(template.render(&req.messages, &opts)?)
 }

@@ -71,8 +71,8 @@ pub struct Loaded {
     pub tok: Arc<Tokenizer>,
     /// `None` when the file has no usable chat template (chat requests then get a 400).
     pub template: Option<Arc<ChatTemplate>>,
-    pub bos_text: String,
-    pub eos_text: String,
+    /// Template options with the model's BOS/EOS texts.
+    pub render: RenderOptions,
     pub n_ctx_slot: usize,
     pub n_vocab: usize,
     pub inference: InferenceHandle,
@@ -126,8 +126,7 @@ impl AppState {
                 }
             },
         };
-        let text_of = |id: Option<u32>| id.and_then(|i| tok.token_text(i).ok()).unwrap_or("").to_string();
-        let (bos_text, eos_text) = (text_of(tok.bos_id()), text_of(tok.eos_id()));
+        let render = RenderOptions::for_tokenizer(&tok);
         let model = Arc::new(load_model(Arc::new(file)).map_err(|e| fail(e.to_string()))?);
         let n_ctx_slot = self.cfg.slot_ctx(model.hparams().n_ctx_train as usize)?;
         let n_vocab = model.hparams().n_vocab as usize;
@@ -150,7 +149,7 @@ impl AppState {
         let model_id = self.cfg.alias.clone().unwrap_or_else(|| {
             self.cfg.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
         });
-        let loaded = Loaded { model_id, created: unix_now(), tok, template, bos_text, eos_text, n_ctx_slot, n_vocab, inference };
+        let loaded = Loaded { model_id, created: unix_now(), tok, template, render, n_ctx_slot, n_vocab, inference };
         let _ = self.loaded.set(loaded);
         Ok(())
     }
@@ -159,13 +158,6 @@ impl AppState {
 impl Loaded {
     /// Template render options for a generation prompt.
     pub fn render_options(&self, tools: Option<serde_json::Value>, extra: serde_json::Map<String, serde_json::Value>) -> RenderOptions {
-        RenderOptions {
-            add_generation_prompt: true,
-            tools,
-            bos_token: self.bos_text.clone(),
-            eos_token: self.eos_text.clone(),
-            extra,
-            now: None,
-        }
+        RenderOptions { add_generation_prompt: true, tools, extra, ..self.render.clone() }
     }
 }
