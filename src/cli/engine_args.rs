@@ -53,6 +53,15 @@ impl EngineArgs {
         Ok(t.transpose().map_err(|e| CliError::KvType(e.to_string()))?.unwrap_or_default())
     }
 
+    /// An engine for `file` that uses `other`'s worker threads (a draft model).
+    pub fn engine_beside(&self, file: Arc<GgufFile>, other: &Engine) -> Result<Engine, CliError> {
+        super::progress::load_with_bar(&file);
+        let model = Arc::new(load_model(file)?);
+        let p = EngineParams { n_ctx: other.n_ctx(), n_threads: 1, kv_type: self.kv_type()?, ..EngineParams::default() };
+        let shared = crate::generate::EngineShared::with_pool(&model, other.pool().clone())?;
+        Ok(Engine::with_shared(model, &p, &shared)?)
+    }
+
     /// An engine for `file`, with a context of at least `min_ctx` tokens.
     pub fn engine(&self, file: Arc<GgufFile>, min_ctx: usize) -> Result<Engine, CliError> {
         super::progress::load_with_bar(&file);

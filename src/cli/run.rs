@@ -26,6 +26,8 @@ pub struct RunArgs {
     pub json: bool,
     pub dump_graph: Option<PathBuf>,
     pub dump_graph_json: Option<PathBuf>,
+    /// Draft model and tokens per round.
+    pub draft: Option<(PathBuf, usize)>,
 }
 
 /// [`generate`], with a prefill bar on a terminal for long prompts (evaluated in chunks of
@@ -74,6 +76,26 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
         n_probs: None,
     };
     let json = a.json;
+    if let Some((draft_path, n_draft)) = &a.draft {
+        let mut draft = a.engine.engine_beside(Arc::new(crate::gguf::GgufFile::open(draft_path)?), &engine)?;
+        let (g, stats) = crate::generate::generate_speculative(&mut engine, &mut draft, &tok, &ids, &params, *n_draft, &mut |s| {
+            if json {
+                return Ok(());
+            }
+            out.write(s).and_then(|_| out.flush()).map_err(|e| e.to_string())
+        })?;
+        if json {
+            let v = json!({
+                "prompt_ids": g.prompt_ids, "generated_ids": g.generated_ids, "text": g.text,
+                "gen_tokens_per_s": g.gen_tokens_per_s(),
+                "draft": {"drafted": stats.drafted, "accepted": stats.accepted, "acceptance": stats.acceptance(), "target_passes": stats.target_passes},
+            });
+            return out.line(v.to_string());
+        }
+        out.line("")?;
+        eprintln!("minfer: speculative: drafted {}, accepted {} ({:.1}%), {} target passes for {} tokens", stats.drafted, stats.accepted, 100.0 * stats.acceptance(), stats.target_passes, g.generated_ids.len());
+        return Ok(());
+    }
     let g = generate_with_bar(&mut engine, &tok, &ids, &params, &mut |s| {
         if json {
             return Ok(());

@@ -159,6 +159,12 @@ pub struct EngineShared {
 }
 
 impl EngineShared {
+    /// `model`'s weights with another engine's workers (a draft model beside its target: two
+    /// pools would fight over the cores).
+    pub fn with_pool(model: &Model, pool: Arc<Pool>) -> Result<EngineShared, EngineError> {
+        Ok(EngineShared { weights: Arc::new(WeightStore::new(model.file.clone())?), pool })
+    }
+
     pub fn new(model: &Model, n_threads: usize) -> Result<EngineShared, EngineError> {
         Ok(EngineShared {
             weights: Arc::new(WeightStore::new(model.file.clone())?),
@@ -215,6 +221,11 @@ impl Engine {
 
     pub fn model(&self) -> &Arc<Model> {
         &self.model
+    }
+
+    /// The CPU workers.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
     }
 
     pub fn n_ctx(&self) -> usize {

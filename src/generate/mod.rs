@@ -7,6 +7,7 @@ mod rng;
 mod run;
 mod sampler;
 pub mod session;
+mod speculative;
 mod stop;
 
 pub use conversation::{Conversation, ConversationError, ConversationParams, Turn, TurnStats};
@@ -16,5 +17,6 @@ pub use rng::SampleRng;
 pub use logprobs::{TokenLogprobs, token_logprobs};
 pub use run::{GenerateError, GenerateParams, Generation, Generator, StepOutput, StopReason, generate};
 pub use sampler::{Sampler, SamplerError, SamplerParams, argmax};
+pub use speculative::{SpecError, SpecStats, generate_speculative};
 pub use stop::{StopOutcome, StopStrings};
 pub(crate) use stop::longest_suffix_prefix;

@@ -203,6 +203,31 @@ impl<'t> Generator<'t> {
             return Ok(self.finish(StepOutput::default(), StopReason::MaxTokens));
         }
         let id = self.sampler.sample(&self.logits)?;
+        let step = self.take(id)?;
+        if step.finished.is_some() {
+            return Ok(step);
+        }
+        if engine.n_past() >= engine.n_ctx() {
+            return Ok(self.finish(step, StopReason::ContextFull));
+        }
+        self.logits = engine.eval(&[id], 1)?;
+        self.out.n_decoded += 1;
+        Ok(step)
+    }
+
+    /// The logits the next token is chosen from.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Replaces them (speculative decoding verifies several tokens in one pass).
+    pub fn set_logits(&mut self, logits: Vec<f32>) {
+        self.logits = logits;
+    }
+
+    /// Appends a chosen token without evaluating it: its text, stop strings, the token budget.
+    /// `finished` is set when it ends the generation.
+    pub fn take(&mut self, id: u32) -> Result<StepOutput, GenerateError> {
         self.sampler.accept(id);
         self.out.generated_ids.push(id);
         let mut step = StepOutput {
@@ -224,12 +249,12 @@ impl<'t> Generator<'t> {
         if self.out.generated_ids.len() >= self.params.max_tokens {
             return Ok(self.finish(step, StopReason::MaxTokens));
         }
-        if engine.n_past() >= engine.n_ctx() {
-            return Ok(self.finish(step, StopReason::ContextFull));
-        }
-        self.logits = engine.eval(&[id], 1)?;
-        self.out.n_decoded += 1;
         Ok(step)
+    }
+
+    /// Ends generation for `reason` (the context is full, say).
+    pub fn end(&mut self, reason: StopReason) -> StepOutput {
+        self.finish(StepOutput::default(), reason)
     }
 
     fn emit(&mut self, step: &mut StepOutput, s: &str) {
