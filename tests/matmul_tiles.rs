@@ -98,6 +98,32 @@ fn q8_0_tiles_equal_twin_and_dots() {
     b32_case::<BlockQ8_0>(0x7115_0002);
 }
 
+fn f32_bits<const N: usize>(v: &[[f32; N]]) -> Vec<[u32; N]> {
+    v.iter().map(|a| a.map(f32::to_bits)).collect()
+}
+
+/// The ISA's fill (SIMD transposes) makes the scalar fill's tile, field by field.
+fn assert_same_k4(scalar: &K4Tile, blocks: &[BlockQ4K], per_row: usize, k: &Kernels) {
+    let mut t = K4Tile::default();
+    k.k4_fill(&mut t, blocks, per_row);
+    assert_eq!((t.vecs, t.per_row), (scalar.vecs, scalar.per_row));
+    assert_eq!(t.q, scalar.q, "Q4_K quants");
+    assert_eq!(t.sc, scalar.sc, "Q4_K scales");
+    assert_eq!(t.mp, scalar.mp, "Q4_K mins");
+    assert_eq!(f32_bits(&t.d), f32_bits(&scalar.d), "Q4_K d");
+    assert_eq!(f32_bits(&t.dmin), f32_bits(&scalar.dmin), "Q4_K dmin");
+}
+
+fn assert_same_k6(scalar: &K6Tile, blocks: &[BlockQ6K], per_row: usize, k: &Kernels) {
+    let mut t = K6Tile::default();
+    k.k6_fill(&mut t, blocks, per_row);
+    assert_eq!((t.vecs, t.per_row), (scalar.vecs, scalar.per_row));
+    assert_eq!(t.q, scalar.q, "Q6_K quants");
+    assert_eq!(t.scp, scalar.scp, "Q6_K scales");
+    assert_eq!(t.sp, scalar.sp, "Q6_K scale pairs");
+    assert_eq!(f32_bits(&t.d), f32_bits(&scalar.d), "Q6_K d");
+}
+
 #[test]
 fn k_quant_tiles_equal_twin_and_dots() {
     let mut rng = Rng(0x7115_0003);
@@ -125,11 +151,13 @@ fn k_quant_tiles_equal_twin_and_dots() {
             if let Some(k) = avx512 {
                 let mut t4 = K4Tile::default();
                 t4.fill(&q4, per_row);
+                assert_same_k4(&t4, &q4, per_row, &k);
                 let mut simd4 = outputs(tokens, rows);
                 assert!(k.k4_tile(&t4, &p4, &mut pieces(&mut simd4)));
                 assert_eq!(bits(&simd4), bits(&twin4), "Q4_K rows {rows} tokens {tokens}");
                 let mut t6 = K6Tile::default();
                 t6.fill(&q6, per_row);
+                assert_same_k6(&t6, &q6, per_row, &k);
                 let mut simd6 = outputs(tokens, rows);
                 assert!(k.k6_tile(&t6, &p6, &mut pieces(&mut simd6)));
                 assert_eq!(bits(&simd6), bits(&twin6), "Q6_K rows {rows} tokens {tokens}");

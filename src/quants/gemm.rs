@@ -100,9 +100,10 @@ pub fn for_each_lane_block<B>(blocks: &[B], per_row: usize, mut f: impl FnMut(us
     }
 }
 
-/// `v` emptied and refilled with `n` copies of `x` (keeps its allocation).
+/// `v` with `n` elements, keeping its allocation and, where the length already was `n`, its
+/// old contents: a tile's `fill` overwrites every element, so a buffer reused for the next rows
+/// of the same matrix is not cleared first.
 pub fn reset<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
-    v.clear();
     v.resize(n, x);
 }
 

@@ -24,7 +24,7 @@ use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
 use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
-    ActBlock, ActRow, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, BlockQ8K, GgmlType, QuantError, VecDot,
+    ActBlock, ActRow, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, GgmlType, QuantError, VecDot,
     WeightBlock, blocks_of,
 };
 
@@ -204,7 +204,7 @@ fn matmul_with(
         return Ok(());
     }
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
-    let tiled = tokens >= 2
+    let tiled = tokens >= std::env::var("MINFER_TILE_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(2)
         && kernels.has_tiles()
         && w.rows.is_multiple_of(LANES)
         && match w.ty {
@@ -212,14 +212,12 @@ fn matmul_with(
             GgmlType::Q8_0 => gemm_b32::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
             // Q4_0 of 16k rows is repacked by llama.cpp (its gemv order): element by element.
             GgmlType::Q4K => {
-                gemm_row_lanes::<BlockQ4K, BlockQ8K, K4Tile, _>(pool, w, &acts, bias, out, K8Panel::new, |t, p, o| {
-                    kernels.k4_tile(t, p, o)
-                })?
+                let lanes = RowLanes { panel: K8Panel::new, fill: |t: &mut K4Tile, b: &[BlockQ4K], n| kernels.k4_fill(t, b, n) };
+                gemm_row_lanes(pool, w, &acts, bias, out, lanes, |t, p, o| kernels.k4_tile(t, p, o))?
             }
             GgmlType::Q6K => {
-                gemm_row_lanes::<BlockQ6K, BlockQ8K, K6Tile, _>(pool, w, &acts, bias, out, K8Panel::new, |t, p, o| {
-                    kernels.k6_tile(t, p, o)
-                })?
+                let lanes = RowLanes { panel: K8Panel::new, fill: |t: &mut K6Tile, b: &[BlockQ6K], n| kernels.k6_fill(t, b, n) };
+                gemm_row_lanes(pool, w, &acts, bias, out, lanes, |t, p, o| kernels.k6_tile(t, p, o))?
             }
             _ => false,
         };
@@ -279,8 +277,15 @@ fn add_bias(pieces: &mut [&mut [f32]], bias: Option<&[f32]>, first: usize) {
 /// Rows per work item of the row-lane tiles: two registers of rows.
 const ROW_LANE_TILE: usize = 2 * LANES;
 
+/// How a row-lane product prepares its operands: `panel` makes the kernel's panel of the tokens'
+/// `A` rows, `fill` unpacks a work item's rows into a tile `T` (`fill(tile, blocks, per_row)`).
+struct RowLanes<P, F> {
+    panel: P,
+    fill: F,
+}
+
 /// The many-token product of a matrix of `B` blocks (rows a multiple of 16) by a row-lane
-/// kernel: the tokens' `A` rows become the kernel's `panel`, each worker unpacks 32 rows into
+/// kernel: the tokens' `A` rows become the kernel's `panel`, each worker `fill`s 32 rows into
 /// a `T` once and `run`s it against every token ([`Kernels::b32_tile`], [`Kernels::k4_tile`],
 /// [`Kernels::k6_tile`]). Same bits per element as [`multiply`]. `Ok(false)`: not run (an ISA
 /// without the kernel, or activations of another type).
@@ -290,13 +295,13 @@ fn gemm_row_lanes<'a, B, A, T, P>(
     acts: &'a [ActRow],
     bias: Option<&[f32]>,
     out: &mut [f32],
-    panel: impl FnOnce(Vec<&'a [A]>) -> P,
+    lanes: RowLanes<impl FnOnce(Vec<&'a [A]>) -> P, impl Fn(&mut T, &[B], usize) + Sync>,
     run: impl Fn(&T, &P, &mut [&mut [f32]]) -> bool + Sync,
 ) -> Result<bool, QuantError>
 where
     B: WeightBlock + Sync,
     A: ActBlock + 'a,
-    T: RowLaneTile<B>,
+    T: Default,
     P: Sync,
 {
     let per_row = w.cols / B::N;
@@ -306,16 +311,15 @@ where
         .map(|a| A::blocks_in(a).filter(|b| b.len() == per_row))
         .collect();
     let Some(rows) = rows else { return Ok(false) };
-    let panel = panel(rows);
+    let panel = (lanes.panel)(rows);
     let mut tiles = row_tiles(out, w.rows, acts.len(), ROW_LANE_TILE);
     let ok = std::sync::atomic::AtomicBool::new(true);
-    pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
+    pool.for_each_item_mut_with(&mut tiles, 1, T::default, |unpacked, i, tile| {
         let pieces = &mut tile[0];
         let first = i * ROW_LANE_TILE;
         let n_rows = pieces.first().map_or(0, |p| p.len());
-        let mut unpacked = T::default();
-        unpacked.fill(&blocks[first * per_row..(first + n_rows) * per_row], per_row);
-        if !run(&unpacked, &panel, pieces) {
+        (lanes.fill)(unpacked, &blocks[first * per_row..(first + n_rows) * per_row], per_row);
+        if !run(unpacked, &panel, pieces) {
             ok.store(false, std::sync::atomic::Ordering::Relaxed);
         }
         add_bias(pieces, bias, first);
@@ -332,15 +336,11 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) -> Result<bool, QuantError> {
-    gemm_row_lanes::<W, BlockQ8_0, B32Tile, _>(
-        pool,
-        w,
-        acts,
-        bias,
-        out,
-        |rows| B32Panel::new(rows, W::OFFSET),
-        |t, p, o| kernels.b32_tile(t, p, o),
-    )
+    let lanes = RowLanes {
+        panel: |rows| B32Panel::new(rows, W::OFFSET),
+        fill: |t: &mut B32Tile, b: &[W], n| t.fill(b, n),
+    };
+    gemm_row_lanes::<W, BlockQ8_0, B32Tile, _>(pool, w, acts, bias, out, lanes, |t, p, o| kernels.b32_tile(t, p, o))
 }
 
 /// The product for weight blocks `W`, shapes already checked: `acts` is `[tokens]`, `out`

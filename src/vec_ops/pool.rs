@@ -70,6 +70,30 @@ impl Pool {
 
     /// Splits `out` into consecutive pieces of `item_len` values (one per item) and calls
     /// `f(item_index, piece)` for each, in parallel.
+    /// [`Pool::for_each_item_mut`] with scratch state: `init()` makes one `S` per run of
+    /// consecutive items a worker takes, and `f` gets it `&mut` for each of them (the unpacked
+    /// weight tiles of a matrix product reuse their buffers this way).
+    pub fn for_each_item_mut_with<T: Send, S>(
+        &self,
+        out: &mut [T],
+        item_len: usize,
+        init: impl Fn() -> S + Sync,
+        f: impl Fn(&mut S, usize, &mut [T]) + Sync,
+    ) {
+        use rayon::prelude::*;
+        if item_len == 0 {
+            return;
+        }
+        if self.n_threads == 1 {
+            let mut scratch = init();
+            out.chunks_mut(item_len).enumerate().for_each(|(i, c)| f(&mut scratch, i, c));
+            return;
+        }
+        self.inner.install(|| {
+            out.par_chunks_mut(item_len).enumerate().for_each_init(&init, |scratch, (i, c)| f(scratch, i, c))
+        });
+    }
+
     pub fn for_each_item_mut<T: Send>(&self, out: &mut [T], item_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
         use rayon::prelude::*;
         if item_len == 0 {

@@ -58,7 +58,7 @@ use std::sync::OnceLock;
 use super::blocks::*;
 use super::dequant::blocks_of;
 use super::dot::VecDot;
-use super::gemm::{B32Panel, B32Tile};
+use super::gemm::{B32Panel, B32Tile, RowLaneTile};
 use super::gemm_k::{K4Tile, K6Tile, K8Panel};
 use super::q8::ActBlock;
 use super::scalars::{Bf16Le, F16Le, F32Le};
@@ -70,6 +70,8 @@ mod aarch64_neon;
 mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512_fill;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512_gemm;
 
@@ -312,6 +314,25 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => t.k6_tile(tile, panel, out),
             _ => false,
+        }
+    }
+
+    /// `tile` filled with `blocks` (`[rows][per_row]` Q4_K) for [`Kernels::k4_tile`]: the
+    /// ISA's fill where it has one, else the scalar [`RowLaneTile::fill`] (the same tile).
+    pub fn k4_fill(&self, tile: &mut K4Tile, blocks: &[BlockQ4K], per_row: usize) {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.k4_fill(tile, blocks, per_row),
+            _ => tile.fill(blocks, per_row),
+        }
+    }
+
+    /// [`Kernels::k4_fill`] for Q6_K ([`Kernels::k6_tile`]).
+    pub fn k6_fill(&self, tile: &mut K6Tile, blocks: &[BlockQ6K], per_row: usize) {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.k6_fill(tile, blocks, per_row),
+            _ => tile.fill(blocks, per_row),
         }
     }
 
