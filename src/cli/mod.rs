@@ -2,6 +2,7 @@
 
 mod bench;
 mod chat;
+mod draft_args;
 mod dump;
 mod engine_args;
 mod info;
@@ -136,12 +137,12 @@ pub enum Command {
         /// gen_tokens_per_s} instead of streaming text.
         #[arg(long)]
         json: bool,
-        /// Draft model for speculative decoding (greedy only for now; same vocabulary).
-        #[arg(long)]
-        draft: Option<PathBuf>,
-        /// Tokens the draft proposes per round.
-        #[arg(long = "draft-n", default_value_t = 8)]
-        draft_n: usize,
+        #[command(flatten)]
+        draft: draft_args::DraftArgs,
+        /// Print speculative-decoding statistics (acceptance, time in the draft and in the
+        /// verify passes) after the timings.
+        #[arg(short, long)]
+        verbose: bool,
         /// Write the prompt's forward graph as Graphviz DOT and exit.
         #[arg(long)]
         dump_graph: Option<PathBuf>,
@@ -257,7 +258,7 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
         Command::Template { model, messages, no_generation_prompt } => {
             template::run(&mut out, &model, &messages, !no_generation_prompt)
         }
-        Command::Run { model, prompt, messages, n_predict, sampling, stop, json, draft, draft_n, dump_graph, dump_graph_json, engine } => {
+        Command::Run { model, prompt, messages, n_predict, sampling, stop, json, draft, verbose, dump_graph, dump_graph_json, engine } => {
             let prompt = match (&prompt, &messages) {
                 (Some(p), None) => run::Prompt::Text(p),
                 (None, Some(m)) => run::Prompt::Messages(m),
@@ -271,7 +272,8 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
                 json,
                 dump_graph,
                 dump_graph_json,
-                draft: draft.map(|d| (d, draft_n.max(1))),
+                draft,
+                verbose,
             };
             run::run(&mut out, &model, prompt, &args)
         }

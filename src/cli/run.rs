@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use super::draft_args::DraftArgs;
 use super::engine_args::EngineArgs;
 use super::{CliError, Out, model_files};
 use super::progress::{PREFILL_BAR_TOKENS, Progress};
-use crate::generate::{Engine, GenerateError, GenerateParams, Generation, Generator, SamplerParams, generate};
+use crate::generate::{Engine, GenerateParams, Generation, Generator, SamplerParams, SpecError, Speculator, run_speculative};
 use crate::tokenizer::Tokenizer;
 
 /// Where the prompt comes from.
@@ -26,32 +27,37 @@ pub struct RunArgs {
     pub json: bool,
     pub dump_graph: Option<PathBuf>,
     pub dump_graph_json: Option<PathBuf>,
-    /// Draft model and tokens per round.
-    pub draft: Option<(PathBuf, usize)>,
+    pub draft: DraftArgs,
+    pub verbose: bool,
 }
 
-/// [`generate`], with a prefill bar on a terminal for long prompts (evaluated in chunks of
-/// [`PREFILL_BAR_TOKENS`] then, unless `--ubatch` says otherwise; chunking does not change the
-/// logits).
+/// Generation from `ids`, speculative when `spec` is given, with a prefill bar on a terminal for
+/// long prompts (evaluated in chunks of [`PREFILL_BAR_TOKENS`] then, unless `--ubatch` says
+/// otherwise; chunking does not change the logits).
 fn generate_with_bar(
     engine: &mut Engine,
+    spec: Option<&mut Speculator>,
     tok: &Tokenizer,
     ids: &[u32],
     params: &GenerateParams,
     on_text: &mut dyn FnMut(&str) -> Result<(), String>,
-) -> Result<Generation, GenerateError> {
+) -> Result<Generation, SpecError> {
     let bar = Progress::tokens(ids.len(), "prefill");
-    if !bar.shown() || ids.len() < PREFILL_BAR_TOKENS {
-        return generate(engine, tok, ids, params, on_text);
-    }
-    let params = GenerateParams { ubatch: Some(params.ubatch.unwrap_or(PREFILL_BAR_TOKENS)), ..params.clone() };
+    let params = if bar.shown() && ids.len() >= PREFILL_BAR_TOKENS {
+        GenerateParams { ubatch: Some(params.ubatch.unwrap_or(PREFILL_BAR_TOKENS)), ..params.clone() }
+    } else {
+        params.clone()
+    };
     let mut g = Generator::new(engine, tok, ids, &params)?;
     while g.prompt_left() > 0 {
         g.step(engine)?;
         bar.set((ids.len() - g.prompt_left()) as u64);
     }
     bar.finish();
-    g.run_to_end(engine, on_text)
+    match spec {
+        Some(spec) => run_speculative(g, engine, spec, on_text),
+        None => Ok(g.run_to_end(engine, on_text)?),
+    }
 }
 
 pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(), CliError> {
@@ -76,27 +82,8 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
         n_probs: None,
     };
     let json = a.json;
-    if let Some((draft_path, n_draft)) = &a.draft {
-        let mut draft = a.engine.engine_beside(Arc::new(crate::gguf::GgufFile::open(draft_path)?), &engine)?;
-        let (g, stats) = crate::generate::generate_speculative(&mut engine, &mut draft, &tok, &ids, &params, *n_draft, &mut |s| {
-            if json {
-                return Ok(());
-            }
-            out.write(s).and_then(|_| out.flush()).map_err(|e| e.to_string())
-        })?;
-        if json {
-            let v = json!({
-                "prompt_ids": g.prompt_ids, "generated_ids": g.generated_ids, "text": g.text,
-                "gen_tokens_per_s": g.gen_tokens_per_s(),
-                "draft": {"drafted": stats.drafted, "accepted": stats.accepted, "acceptance": stats.acceptance(), "target_passes": stats.target_passes},
-            });
-            return out.line(v.to_string());
-        }
-        out.line("")?;
-        eprintln!("minfer: speculative: drafted {}, accepted {} ({:.1}%), {} target passes for {} tokens", stats.drafted, stats.accepted, 100.0 * stats.acceptance(), stats.target_passes, g.generated_ids.len());
-        return Ok(());
-    }
-    let g = generate_with_bar(&mut engine, &tok, &ids, &params, &mut |s| {
+    let mut spec = a.draft.speculator(&a.engine, &engine, &tok)?;
+    let g = generate_with_bar(&mut engine, spec.as_mut(), &tok, &ids, &params, &mut |s| {
         if json {
             return Ok(());
         }
@@ -109,6 +96,8 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
             "text": g.text,
             "prompt_tokens_per_s": g.prompt_tokens_per_s(),
             "gen_tokens_per_s": g.gen_tokens_per_s(),
+            "gen_secs": g.gen_secs,
+            "draft": spec.as_ref().map(|s| s.stats().to_json()),
         });
         return out.line(v.to_string());
     }
@@ -123,5 +112,17 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
         g.gen_secs,
         g.gen_tokens_per_s()
     );
+    if let Some(s) = spec.as_ref().filter(|_| a.verbose) {
+        let st = s.stats();
+        eprintln!(
+            "minfer: draft: {} rounds, drafted {} tokens, accepted {} ({:.1}%), {:.2} s drafting, {:.2} s verifying",
+            st.rounds,
+            st.drafted,
+            st.accepted,
+            100.0 * st.acceptance(),
+            st.draft_secs,
+            st.verify_secs
+        );
+    }
     Ok(())
 }

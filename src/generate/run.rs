@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::engine::{Engine, EngineError};
 use super::logprobs::{TokenLogprobs, token_logprobs};
-use super::sampler::{Sampler, SamplerError, SamplerParams};
+use super::sampler::{Sampler, SamplerError, SamplerParams, TokenDist};
 use super::stop::{StopOutcome, StopStrings};
 use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
@@ -218,6 +218,33 @@ impl<'t> Generator<'t> {
     /// The logits the next token is chosen from.
     pub fn logits(&self) -> &[f32] {
         &self.logits
+    }
+
+    pub fn params(&self) -> &GenerateParams {
+        &self.params
+    }
+
+    /// The distribution the next token is drawn from (the current logits, the tokens taken so
+    /// far for the penalties).
+    pub fn distribution(&self) -> Result<TokenDist, GenerateError> {
+        Ok(self.sampler.distribution(&self.logits)?)
+    }
+
+    /// A token drawn from `dist` with the sampler's random stream.
+    pub fn draw(&mut self, dist: &TokenDist) -> u32 {
+        self.sampler.draw(dist)
+    }
+
+    /// The next uniform number in [0, 1) of the sampler's random stream.
+    pub fn uniform(&mut self) -> f64 {
+        self.sampler.uniform()
+    }
+
+    /// Accounts decode work done outside [`Generator::step`] (a speculative round): `secs` of
+    /// it, `n` tokens evaluated into the KV.
+    pub fn record_decode(&mut self, secs: f64, n: usize) {
+        self.out.gen_secs += secs;
+        self.out.n_decoded += n;
     }
 
     /// Replaces them (speculative decoding verifies several tokens in one pass).
