@@ -27,9 +27,13 @@ fn chat_bytes(model: &Path, input: Vec<u8>) -> Run {
 }
 
 fn run_chat(model: &Path, input: Vec<u8>, n: usize, cache_type: &str) -> Run {
+    run_chat_args(model, input, n, &["--cache-type", cache_type])
+}
+
+fn run_chat_args(model: &Path, input: Vec<u8>, n: usize, extra: &[&str]) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
         .args(["chat", "-m", model.to_str().unwrap(), "--temp", "0", "-t", "2", "-n", &n.to_string(), "--ctx", "1024"])
-        .args(["--cache-type", cache_type])
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -219,4 +223,27 @@ fn tmux_session_streams_and_obeys_commands() {
         assert!(t0.elapsed().as_secs() < 10, "minfer chat did not exit:\n{}", screen());
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// `--draft`: the random-weight Qwen3 fixture drafts for the 0.5B (same vocabulary, most drafts
+/// rejected). The answers of a three-turn conversation are those of plain decoding, the KV
+/// holds what plain decoding leaves there, and `/stats` reports the last answer's drafts.
+#[test]
+fn speculative_answers_equal_plain_answers() {
+    let m = common::model_path(common::QWEN2_05B);
+    let tiny = common::model_path(common::QWEN3_TINY);
+    let input = format!("My name is Ada.\n/stats\nWhat is my name?\n/stats\n{MATH}\n/stats\n");
+    let plain = chat_n(&m, &input, 24);
+    let spec = run_chat_args(&m, input.clone().into_bytes(), 24, &["--draft", tiny.to_str().unwrap(), "--draft-n", "3"]);
+    let answers = |r: &Run| r.stdout.lines().filter(|l| !l.starts_with("context: ") && !l.starts_with("last answer's draft: ")).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(answers(&spec), answers(&plain), "plain:\n{}\nspeculative:\n{}", plain.stdout, spec.stdout);
+    let context = |l: &str| l.split(" / ").next().unwrap().to_string();
+    let (ps, ss) = (stats_line(&plain.stdout), stats_line(&spec.stdout));
+    assert_eq!(ps.len(), 3);
+    for (p, s) in ps.iter().zip(&ss) {
+        assert_eq!(context(p), context(s), "{p} vs {s}");
+    }
+    let drafts: Vec<&str> = spec.stdout.lines().filter(|l| l.starts_with("last answer's draft: ")).collect();
+    assert_eq!(drafts.len(), 3, "{}", spec.stdout);
+    assert!(drafts.iter().all(|l| l.contains("drafted") && l.contains("accepted")), "{drafts:?}");
 }

@@ -115,3 +115,58 @@ fn prompt_longer_than_context_fails_before_compute() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--from 5"));
 }
+
+/// `--draft`: the `count` reference continuation (llama.cpp's, margin >= 1.19 at every step)
+/// with the random-weight Qwen3 fixture drafting (same vocabulary, so its drafts are mostly
+/// rejected): still the reference tokens; `--json` reports the draft's statistics and
+/// `--verbose` prints them.
+#[test]
+fn draft_model_keeps_the_reference_output_and_reports_statistics() {
+    let r = record("count");
+    let text = r["prompt_text"].as_str().unwrap().to_string();
+    let (m, tiny) = (model(), common::model_path(common::QWEN3_TINY).to_str().unwrap().to_string());
+    let args = ["run", "-m", &m, "--draft", &tiny, "--draft-n", "3", "-p", &text, "--temp", "0", "-n", "64", "-t", "2"];
+    let v = run_json(&[&args[..], &["--json"]].concat());
+    assert_eq!(v["generated_ids"], r["generated_ids"]);
+    let d = &v["draft"];
+    let (drafted, accepted) = (d["drafted"].as_u64().unwrap(), d["accepted"].as_u64().unwrap());
+    assert!(drafted > 0 && accepted <= drafted, "{d}");
+    assert!(d["rounds"].as_u64().unwrap() > 0 && d["draft_secs"].as_f64().unwrap() > 0.0, "{d}");
+    assert!((d["acceptance"].as_f64().unwrap() - accepted as f64 / drafted as f64).abs() < 1e-9);
+
+    let out = minfer(&[&args[..], &["--verbose"]].concat());
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.lines().any(|l| l.starts_with("minfer: draft: ") && l.contains("accepted")), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), r["generated_text"].as_str().unwrap().trim_end());
+}
+
+#[test]
+fn unusable_drafts_are_one_line_errors() {
+    let dir = std::env::temp_dir().join(format!("minfer-draft-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A GGUF whose tokenizer has 3 tokens.
+    let small = dir.join("small-vocab.gguf");
+    let bytes = common::gguf_bytes::valid()
+        .kv_str("tokenizer.ggml.model", "gpt2")
+        .kv_str("tokenizer.ggml.pre", "qwen2")
+        .kv_str_array("tokenizer.ggml.merges", &[])
+        .build();
+    std::fs::write(&small, bytes).unwrap();
+    let m = model();
+    let missing = dir.join("missing.gguf");
+    let cases: [(&[&str], &str); 4] = [
+        (&["--draft", small.to_str().unwrap()], "the draft model cannot draft for this target: the target has 151936 tokens, the draft 3"),
+        (&["--draft", missing.to_str().unwrap()], "missing.gguf"),
+        (&["--draft", &m, "--draft-n", "0"], "--draft-n must be at least 1"),
+        (&["--draft", &m, "--draft-min-p", "2"], "--draft-min-p = 2"),
+    ];
+    for (extra, what) in cases {
+        let out = minfer(&[&["run", "-m", &m, "-p", "hi", "-n", "2", "--temp", "0"][..], extra].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(what), "{extra:?}: {err}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

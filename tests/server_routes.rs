@@ -29,6 +29,7 @@ fn config(api_key: Option<&str>) -> ServeConfig {
         backends: None,
         inject_panic: None,
         kv_type: Default::default(),
+        draft: None,
     }
 }
 
@@ -140,8 +141,10 @@ fn startup_errors_are_one_line_and_non_zero() {
     let missing = dir.join("missing.gguf");
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_port = busy.local_addr().unwrap().port().to_string();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["-m", missing.to_str().unwrap()], "missing.gguf"),
+        (&["-m", tiny.to_str().unwrap(), "--draft", missing.to_str().unwrap()], "missing.gguf"),
+        (&["-m", tiny.to_str().unwrap(), "--draft", tiny.to_str().unwrap(), "--draft-n", "0"], "--draft-n must be at least 1"),
         (&["-m", bad.to_str().unwrap()], "not a GGUF file"),
         (&["-m", tiny.to_str().unwrap(), "--slots", "4", "--ctx", "3"], "--ctx"),
         (&["-m", tiny.to_str().unwrap(), "--port", &busy_port], "cannot listen"),
@@ -154,4 +157,56 @@ fn startup_errors_are_one_line_and_non_zero() {
         assert!(err.contains(what), "{args:?}: {err}");
     }
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// A server with a draft model answers greedy requests exactly as one without (token ids
+/// through `/v1/completions`, streamed and not), and counts the drafts in `/metrics`. The
+/// random-weight Qwen3 fixture drafts for the 0.5B (same vocabulary), so most drafts are
+/// rejected and both paths of a round are taken.
+#[test]
+fn speculative_slots_answer_as_plain_slots() {
+    let target = common::model_path(common::QWEN2_05B);
+    let tiny = common::model_path(common::QWEN3_TINY);
+    let cfg = |draft: bool| ServeConfig {
+        model: target.clone(),
+        draft: draft.then(|| (tiny.clone(), minfer::generate::DraftParams { n_draft: 4, p_min: 0.0 })),
+        threads: 2,
+        ..config(None)
+    };
+    let (plain, spec) = (AppState::new(cfg(false)), AppState::new(cfg(true)));
+    let (pp, sp) = (serve(plain.clone()), serve(spec.clone()));
+    plain.load(plain.open_model().unwrap()).unwrap();
+    spec.load(spec.open_model().unwrap()).unwrap();
+    // "def fibonacci(n):" and "1, 2, 3, 4, 5," as token ids
+    for prompt in ["[750, 75698, 1445, 1648]", "[16, 11, 220, 17, 11, 220, 18, 11, 220, 19, 11, 220, 20, 11]"] {
+        let body = format!(r#"{{"prompt": {prompt}, "max_tokens": 24, "temperature": 0}}"#);
+        let (s1, a) = request(pp, "POST", "/v1/completions", &[], &body);
+        let (s2, b) = request(sp, "POST", "/v1/completions", &[], &body);
+        assert_eq!((s1, s2), (200, 200), "{a} {b}");
+        assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"], "{prompt}");
+        assert_eq!(a["usage"], b["usage"], "{prompt}");
+        assert_eq!(a["choices"][0]["finish_reason"], b["choices"][0]["finish_reason"]);
+        let stream = format!(r#"{{"prompt": {prompt}, "max_tokens": 24, "temperature": 0, "stream": true}}"#);
+        let (s3, events) = request(sp, "POST", "/v1/completions", &[], &stream);
+        assert_eq!(s3, 200);
+        let text: String = events
+            .as_str()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str::<Json>(d).unwrap()["choices"][0]["text"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert_eq!(Json::String(text), a["choices"][0]["text"], "{prompt} streamed");
+    }
+    let metric = |st: u16, name: &str| -> u64 {
+        let m = request(st, "GET", "/metrics", &[], "").1;
+        let line = m.as_str().unwrap().lines().find(|l| l.starts_with(name)).unwrap().to_string();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (drafted, accepted) = (metric(sp, "minfer_draft_tokens_total"), metric(sp, "minfer_draft_accepted_total"));
+    println!("drafted {drafted}, accepted {accepted}");
+    assert!(drafted > 0 && accepted < drafted, "{drafted} {accepted}");
+    assert_eq!(metric(pp, "minfer_draft_tokens_total"), 0);
+    assert_eq!(metric(sp, "minfer_generated_tokens_total"), metric(pp, "minfer_generated_tokens_total") * 2);
 }

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 
+use super::draft_args::DraftArgs;
 use super::engine_args::EngineArgs;
 use super::progress::{PREFILL_BAR_TOKENS, Progress};
 use super::{CliError, Out, SamplingArgs, model_files};
@@ -39,6 +40,8 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
+    pub draft: DraftArgs,
+    #[command(flatten)]
     pub engine: EngineArgs,
 }
 
@@ -58,7 +61,11 @@ pub fn run(out: &mut Out, a: &ChatArgs) -> Result<(), CliError> {
         n_probs: None,
     };
     let params = ConversationParams { system: a.system.clone(), keep: a.keep, context_shift: !a.no_context_shift, generate };
+    let spec = a.draft.speculator(&a.engine, &engine, &tok)?;
     let mut conv = Conversation::new(engine, &tok, &template, render, params).map_err(|e| CliError::Chat(e.to_string()))?;
+    if let Some(spec) = spec {
+        conv.set_speculator(spec);
+    }
 
     // A bar for long prefills (on a terminal only), made when one starts, cleared at its end.
     // A prefill that failed part-way leaves its bar until the next one starts (done goes back).
@@ -172,6 +179,15 @@ fn command(out: &mut Out, conv: &mut Conversation, cmd: &str, fingerprint: u64) 
                 s.n_generated,
                 s.gen_tokens_per_s()
             ))?;
+            if let Some(st) = conv.speculator().map(|sp| sp.stats()) {
+                out.line(format!(
+                    "last answer's draft: {} rounds, drafted {} tokens, accepted {} ({:.1}%)",
+                    st.rounds,
+                    st.drafted,
+                    st.accepted,
+                    100.0 * st.acceptance()
+                ))?;
+            }
         }
         ("save", file) if !file.is_empty() => report(save(conv, Path::new(file), fingerprint)),
         ("load", file) if !file.is_empty() => report(load(conv, Path::new(file), fingerprint)),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::CliError;
+use super::draft_args::DraftArgs;
 use crate::generate::default_threads;
 use crate::graph::KvType;
 use crate::server::{ServeConfig, serve};
@@ -54,6 +55,8 @@ pub struct ServeArgs {
     /// KV cache storage of every slot: f32 (default), f16 or q8_0. Default: MINFER_CACHE_TYPE.
     #[arg(long = "cache-type")]
     pub cache_type: Option<String>,
+    #[command(flatten)]
+    pub draft: DraftArgs,
 }
 
 pub fn run(a: ServeArgs) -> Result<(), CliError> {
@@ -64,6 +67,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         Some(s) => KvType::parse(s).map_err(|e| CliError::KvType(e.to_string()))?,
         None => KvType::from_env().map_err(|e| CliError::KvType(e.to_string()))?.unwrap_or_default(),
     };
+    a.draft.params().validate()?;
     let api_key = a.api_key.or_else(|| std::env::var("MINFER_API_KEY").ok()).filter(|k| !k.is_empty());
     let cfg = ServeConfig {
         model: a.model,
@@ -80,6 +84,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         backends: a.backend,
         inject_panic: std::env::var("MINFER_INJECT_PANIC").ok().filter(|s| !s.is_empty()),
         kv_type,
+        draft: a.draft.draft.clone().map(|d| (d, a.draft.params())),
     };
     Ok(serve(cfg)?)
 }

@@ -20,6 +20,7 @@ use std::time::Instant;
 use super::engine::{Engine, EngineError};
 use super::run::{GenerateError, GenerateParams, Generator, StopReason};
 use super::session::{BACKEND_CPU, Session, SessionError};
+use super::speculative::{SpecError, Speculator};
 use crate::chat::{ChatMessage, ChatTemplate, RenderOptions, TemplateError};
 use crate::tokenizer::Tokenizer;
 
@@ -81,6 +82,8 @@ pub enum ConversationError {
     Sink(String),
     #[error(transparent)]
     Session(#[from] SessionError),
+    #[error(transparent)]
+    Speculative(#[from] SpecError),
 }
 
 pub struct Conversation<'t> {
@@ -96,6 +99,8 @@ pub struct Conversation<'t> {
     last: TurnStats,
     /// Called after every prefill chunk with (tokens done, tokens to prefill).
     prefill_progress: Option<Box<dyn FnMut(usize, usize) + 't>>,
+    /// Speculative decoding of the answers, with a draft model.
+    spec: Option<Speculator>,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -113,7 +118,7 @@ impl<'t> Conversation<'t> {
         params: ConversationParams,
     ) -> Result<Conversation<'t>, ConversationError> {
         engine.reset();
-        let mut c = Conversation { engine, tok, template, render, params, messages: Vec::new(), dropped: Vec::new(), keep: 0, last: TurnStats::default(), prefill_progress: None };
+        let mut c = Conversation { engine, tok, template, render, params, messages: Vec::new(), dropped: Vec::new(), keep: 0, last: TurnStats::default(), prefill_progress: None, spec: None };
         c.reset()?;
         Ok(c)
     }
@@ -141,6 +146,17 @@ impl<'t> Conversation<'t> {
 
     pub fn messages(&self) -> &[ChatMessage] {
         &self.messages
+    }
+
+    /// Answers are decoded speculatively with `spec`'s draft model from now on (its KV follows
+    /// the conversation's by common prefix, so a reset, a shift or a loaded session only cost
+    /// it a catch-up prefill).
+    pub fn set_speculator(&mut self, spec: Speculator) {
+        self.spec = Some(spec);
+    }
+
+    pub fn speculator(&self) -> Option<&Speculator> {
+        self.spec.as_ref()
     }
 
     pub fn engine(&self) -> &Engine {
@@ -297,21 +313,30 @@ impl<'t> Conversation<'t> {
         };
         let context = self.history();
         let mut g = Generator::resume(self.tok, &context, logits, &self.params.generate)?;
+        if let Some(spec) = &mut self.spec {
+            spec.begin(&self.params.generate.sampler)?;
+        }
         let t0 = Instant::now();
         let mut stop = None;
-        while !cancel.load(Ordering::Relaxed) {
-            // A decode step evaluates one token at its end. Without context shift the
-            // generator ends the answer itself when the context is full ("length").
+        'answer: while !cancel.load(Ordering::Relaxed) {
+            // A decode step evaluates one token at its end (a speculative round as many as the
+            // room left allows). Without context shift the generator ends the answer itself
+            // when the context is full ("length").
             if self.params.context_shift {
                 self.make_room(1, &mut stats)?;
             }
-            let step = g.step(&mut self.engine)?;
-            if !step.text.is_empty() {
-                on_text(&step.text).map_err(ConversationError::Sink)?;
-            }
-            if step.finished.is_some() {
-                stop = step.finished;
-                break;
+            let steps = match &mut self.spec {
+                Some(spec) => spec.round(&mut g, &mut self.engine)?,
+                None => vec![g.step(&mut self.engine)?],
+            };
+            for step in steps {
+                if !step.text.is_empty() {
+                    on_text(&step.text).map_err(ConversationError::Sink)?;
+                }
+                if step.finished.is_some() {
+                    stop = step.finished;
+                    break 'answer;
+                }
             }
         }
         let out = g.into_generation();

@@ -47,6 +47,19 @@ pub struct DraftParams {
     pub p_min: f32,
 }
 
+impl DraftParams {
+    /// At least one token per round, `p_min` in [0, 1].
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.n_draft == 0 {
+            return Err(SpecError::NoDraftTokens);
+        }
+        if !(0.0..=1.0).contains(&self.p_min) {
+            return Err(SpecError::BadMinP(self.p_min));
+        }
+        Ok(())
+    }
+}
+
 impl Default for DraftParams {
     fn default() -> Self {
         DraftParams { n_draft: 12, p_min: 0.0 }
@@ -198,12 +211,7 @@ impl Backoff {
 impl Speculator {
     /// `draft` must share the target's vocabulary ([`check_vocab`]).
     pub fn new(draft: Engine, params: DraftParams) -> Result<Speculator, SpecError> {
-        if params.n_draft == 0 {
-            return Err(SpecError::NoDraftTokens);
-        }
-        if !(0.0..=1.0).contains(&params.p_min) {
-            return Err(SpecError::BadMinP(params.p_min));
-        }
+        params.validate()?;
         Ok(Speculator {
             draft,
             params,
@@ -350,8 +358,10 @@ impl Speculator {
         if self.next.is_none() && !finished {
             g.set_logits(row(k));
         }
-        // Keep t0 and the accepted drafts.
-        target.kv_rm(base + 1 + k, target.n_past())?;
+        // Keep t0 and the accepted drafts, except a last token that ended the generation (never
+        // evaluated after plain decode steps either).
+        let keep = if finished { base + k } else { base + 1 + k };
+        target.kv_rm(keep, target.n_past())?;
         self.backoff.record(drafts.len(), k);
         self.stats.drafted += drafts.len();
         self.stats.accepted += k;

@@ -17,6 +17,9 @@ pub struct Metrics {
     /// Nanoseconds of prefill and decode forward passes.
     prompt_nanos: AtomicU64,
     gen_nanos: AtomicU64,
+    /// Speculative decoding: tokens the draft model proposed, and those accepted.
+    draft_tokens: AtomicU64,
+    draft_accepted: AtomicU64,
     /// Requests admitted and waiting for a slot.
     queued: AtomicUsize,
     busy_slots: AtomicUsize,
@@ -41,6 +44,11 @@ impl Metrics {
     pub fn prompt(&self, tokens: usize, secs: f64) {
         add(&self.prompt_tokens, tokens as u64);
         add(&self.prompt_nanos, (secs * 1e9) as u64);
+    }
+
+    pub fn drafted(&self, proposed: usize, accepted: usize) {
+        add(&self.draft_tokens, proposed as u64);
+        add(&self.draft_accepted, accepted as u64);
     }
 
     pub fn generated(&self, tokens: usize, secs: f64) {
@@ -103,6 +111,8 @@ impl Metrics {
         metric("requests_total", "counter", "HTTP requests answered, by status.", &by_status);
         metric("prompt_tokens_total", "counter", "Prompt tokens evaluated.", &one(load(&self.prompt_tokens).to_string()));
         metric("generated_tokens_total", "counter", "Tokens generated.", &one(load(&self.generated_tokens).to_string()));
+        metric("draft_tokens_total", "counter", "Tokens proposed by the draft model (speculative decoding).", &one(load(&self.draft_tokens).to_string()));
+        metric("draft_accepted_total", "counter", "Draft tokens the model accepted.", &one(load(&self.draft_accepted).to_string()));
         metric("prompt_seconds_total", "counter", "Time spent evaluating prompts.", &one(format!("{:.6}", secs(&self.prompt_nanos))));
         metric("generation_seconds_total", "counter", "Time spent generating tokens.", &one(format!("{:.6}", secs(&self.gen_nanos))));
         metric(

@@ -42,14 +42,14 @@ pub fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 
 async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     let st = AppState::new(cfg);
-    let file = st.open_model()?;
+    let opened = st.open_model()?;
     let addr = format!("{}:{}", st.cfg.host, st.cfg.port);
     let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
     let local = listener.local_addr().map_err(ServeError::Io)?;
     eprintln!("minfer serve: listening on http://{local} (loading {})", st.cfg.model.display());
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<ServeError>();
     let loader = st.clone();
-    tokio::task::spawn_blocking(move || match loader.load(file) {
+    tokio::task::spawn_blocking(move || match loader.load(opened) {
         Ok(()) => {
             let m = loader.loaded.get().map(|m| (m.model_id.clone(), m.n_ctx_slot));
             if let Some((id, n_ctx)) = m {

@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use super::error::{ApiError, ServeError};
 use super::metrics::Metrics;
 use super::slot::{Job, Slot};
-use crate::generate::{Engine, EngineParams, EngineShared};
+use crate::generate::{DraftParams, Engine, EngineParams, EngineShared, Speculator};
 use crate::models::Model;
 use crate::tokenizer::Tokenizer;
 
@@ -56,6 +56,9 @@ impl Drop for AliveGuard {
 /// What the inference thread needs.
 pub struct InferenceSetup {
     pub model: Arc<Model>,
+    /// Draft model for speculative decoding: each slot gets a draft engine (weights shared,
+    /// on the same worker threads).
+    pub draft: Option<(Arc<Model>, DraftParams)>,
     pub tok: Arc<Tokenizer>,
     pub n_slots: usize,
     /// Engine settings of every slot (`n_ctx` is the slot's context).
@@ -66,9 +69,10 @@ pub struct InferenceSetup {
 /// Builds the slots' engines (so load errors surface here) and starts the thread.
 pub fn start(setup: InferenceSetup) -> Result<InferenceHandle, ServeError> {
     let shared = EngineShared::new(&setup.model, setup.engine.n_threads)?;
-    let engines = (0..setup.n_slots)
-        .map(|_| Engine::with_shared(setup.model.clone(), &setup.engine, &shared))
-        .collect::<Result<Vec<_>, _>>()?;
+    let drafts = Drafts::new(&setup, &shared)?;
+    let slots = (0..setup.n_slots)
+        .map(|_| Ok((Engine::with_shared(setup.model.clone(), &setup.engine, &shared)?, drafts.speculator()?)))
+        .collect::<Result<Vec<_>, ServeError>>()?;
     let (tx, rx) = channel();
     let metrics = setup.metrics.clone();
     metrics.set_slots(setup.n_slots);
@@ -78,23 +82,47 @@ pub fn start(setup: InferenceSetup) -> Result<InferenceHandle, ServeError> {
         .name("minfer-infer".into())
         .spawn(move || {
             let _guard = guard;
-            run(setup, shared, engines, rx)
+            run(setup, shared, drafts, slots, rx)
         })
         .map_err(ServeError::Thread)?;
     Ok(InferenceHandle { tx, metrics, alive })
 }
 
-fn run(setup: InferenceSetup, shared: EngineShared, engines: Vec<Engine>, rx: Receiver<Job>) {
+/// The draft model's weights on the target's workers, and how each slot's draft engine is made.
+struct Drafts {
+    draft: Option<(Arc<Model>, DraftParams, EngineShared, EngineParams)>,
+}
+
+impl Drafts {
+    fn new(setup: &InferenceSetup, target: &EngineShared) -> Result<Drafts, ServeError> {
+        let Some((model, params)) = &setup.draft else { return Ok(Drafts { draft: None }) };
+        let shared = EngineShared::with_pool(model, target.pool.clone())?;
+        let engine = EngineParams { n_threads: 1, trace: false, dump: None, ..setup.engine.clone() };
+        Ok(Drafts { draft: Some((model.clone(), *params, shared, engine)) })
+    }
+
+    /// A fresh speculator for a slot (`None` without a draft model).
+    fn speculator(&self) -> Result<Option<Speculator>, ServeError> {
+        let Some((model, params, shared, engine)) = &self.draft else { return Ok(None) };
+        let e = Engine::with_shared(model.clone(), engine, shared)?;
+        Ok(Some(Speculator::new(e, *params).map_err(|e| ServeError::Config(e.to_string()))?))
+    }
+}
+
+fn run(setup: InferenceSetup, shared: EngineShared, drafts: Drafts, slots: Vec<(Engine, Option<Speculator>)>, rx: Receiver<Job>) {
     let InferenceSetup { model, tok, engine: params, metrics, .. } = setup;
-    let rebuild = || match Engine::with_shared(model.clone(), &params, &shared) {
-        Ok(e) => Some(e),
-        Err(e) => {
-            eprintln!("minfer serve: cannot rebuild a slot's engine ({e}); keeping the old one");
-            None
+    let rebuild = || {
+        let fresh = Engine::with_shared(model.clone(), &params, &shared).map_err(ServeError::from).and_then(|e| Ok((e, drafts.speculator()?)));
+        match fresh {
+            Ok(e) => Some(e),
+            Err(e) => {
+                eprintln!("minfer serve: cannot rebuild a slot's engines ({e}); keeping the old ones");
+                None
+            }
         }
     };
     let tok: &Tokenizer = &tok;
-    let mut slots: Vec<Slot<'_>> = engines.into_iter().map(Slot::new).collect();
+    let mut slots: Vec<Slot<'_>> = slots.into_iter().map(|(e, s)| Slot::new(e, s)).collect();
     let mut queue: VecDeque<Job> = VecDeque::new();
     let mut open = true;
     loop {

@@ -12,7 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::admission::Ticket;
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::generate::{Engine, GenerateError, GenerateParams, Generator, StopReason, TokenLogprobs};
+use crate::generate::{Engine, GenerateError, GenerateParams, Generator, Speculator, StopReason, TokenLogprobs};
 use crate::tokenizer::Tokenizer;
 
 /// A generation request on its way to a slot.
@@ -70,6 +70,8 @@ struct Task<'t> {
 
 pub struct Slot<'t> {
     engine: Engine,
+    /// The slot's draft engine when the server speculates (`--draft`).
+    spec: Option<Speculator>,
     task: Option<Task<'t>>,
 }
 
@@ -107,8 +109,8 @@ impl Job {
 }
 
 impl<'t> Slot<'t> {
-    pub fn new(engine: Engine) -> Slot<'t> {
-        Slot { engine, task: None }
+    pub fn new(engine: Engine, spec: Option<Speculator>) -> Slot<'t> {
+        Slot { engine, spec, task: None }
     }
 
     pub fn busy(&self) -> bool {
@@ -118,8 +120,13 @@ impl<'t> Slot<'t> {
     /// Takes a request: the KV is forgotten, the prompt checked against the slot's context.
     pub fn start(&mut self, tok: &'t Tokenizer, job: Job) {
         self.engine.reset();
-        let engine = &self.engine;
-        let made = catch_unwind(AssertUnwindSafe(|| Generator::new(engine, tok, &job.prompt, &job.params)));
+        let (engine, spec) = (&self.engine, &mut self.spec);
+        let made = catch_unwind(AssertUnwindSafe(|| {
+            if let Some(s) = spec {
+                s.begin(&job.params.sampler).map_err(|e| GenerateError::Sink(e.to_string()))?;
+            }
+            Generator::new(engine, tok, &job.prompt, &job.params)
+        }));
         match made {
             Ok(Ok(generator)) => self.task = Some(Task { job, generator }),
             Ok(Err(GenerateError::PromptTooLong { n_prompt, n_ctx, .. })) => {
@@ -130,9 +137,10 @@ impl<'t> Slot<'t> {
         }
     }
 
-    /// One forward pass of the slot's request, unless its client left or its time ran out.
-    /// `rebuild` makes a fresh engine after a panic.
-    pub fn step(&mut self, metrics: &Metrics, rebuild: &dyn Fn() -> Option<Engine>) {
+    /// One forward pass of the slot's request (with a draft model: one speculative round once
+    /// the prompt is in), unless its client left or its time ran out. `rebuild` makes fresh
+    /// engines after a panic.
+    pub fn step(&mut self, metrics: &Metrics, rebuild: &dyn Fn() -> Option<(Engine, Option<Speculator>)>) {
         let Some(task) = self.task.as_mut() else { return };
         if task.job.abandoned() {
             metrics.cancelled();
@@ -147,43 +155,55 @@ impl<'t> Slot<'t> {
         }
         let prompt_left = task.generator.prompt_left();
         let t0 = Instant::now();
-        let engine = &mut self.engine;
+        let (engine, spec) = (&mut self.engine, &mut self.spec);
+        let before = spec.as_ref().map(|s| s.stats()).unwrap_or_default();
         let result = catch_unwind(AssertUnwindSafe(|| {
             if task.job.inject_panic {
                 panic!("injected fault (MINFER_INJECT_PANIC)");
             }
-            task.generator.step(engine)
+            match spec {
+                Some(s) if prompt_left == 0 => s.round(&mut task.generator, engine).map_err(|e| e.to_string()),
+                _ => task.generator.step(engine).map(|s| vec![s]).map_err(|e| e.to_string()),
+            }
         }));
         let secs = t0.elapsed().as_secs_f64();
         match result {
-            Ok(Ok(step)) => {
+            Ok(Ok(steps)) => {
+                let tokens = steps.iter().filter(|s| s.token.is_some()).count();
                 if prompt_left > 0 {
                     metrics.prompt(prompt_left - task.generator.prompt_left(), secs);
-                } else if step.token.is_some() {
-                    metrics.generated(1, secs);
+                } else if tokens > 0 {
+                    metrics.generated(tokens, secs);
                 }
-                if let Some(id) = step.token {
-                    task.job.send(Event::Token(TokenEvent { id, text: step.text, logprobs: step.logprobs }));
+                if let Some(after) = spec.as_ref().map(|s| s.stats()) {
+                    metrics.drafted(after.drafted - before.drafted, after.accepted - before.accepted);
                 }
-                if let Some(reason) = step.finished {
-                    let g = task.generator.generation();
-                    let done = Finished {
-                        reason,
-                        prompt_tokens: g.prompt_ids.len(),
-                        completion_tokens: g.generated_ids.len(),
-                        prompt_secs: g.prompt_secs,
-                        gen_secs: g.gen_secs,
-                    };
-                    self.end(Event::Done(done));
+                for step in steps {
+                    if let Some(id) = step.token {
+                        task.job.send(Event::Token(TokenEvent { id, text: step.text, logprobs: step.logprobs }));
+                    }
+                    if let Some(reason) = step.finished {
+                        let g = task.generator.generation();
+                        let done = Finished {
+                            reason,
+                            prompt_tokens: g.prompt_ids.len(),
+                            completion_tokens: g.generated_ids.len(),
+                            prompt_secs: g.prompt_secs,
+                            gen_secs: g.gen_secs,
+                        };
+                        self.end(Event::Done(done));
+                        break;
+                    }
                 }
             }
-            Ok(Err(e)) => self.end(Event::Failed(ApiError::Internal(e.to_string()))),
+            Ok(Err(e)) => self.end(Event::Failed(ApiError::Internal(e))),
             Err(panic) => {
                 metrics.panicked();
                 let what = panic_text(&*panic);
-                eprintln!("minfer serve: inference panicked: {what}; the slot's engine is rebuilt");
-                if let Some(fresh) = rebuild() {
+                eprintln!("minfer serve: inference panicked: {what}; the slot's engines are rebuilt");
+                if let Some((fresh, fresh_spec)) = rebuild() {
                     self.engine = fresh;
+                    self.spec = fresh_spec;
                 }
                 self.end(Event::Failed(ApiError::Internal(format!("inference panicked: {what}"))));
             }

@@ -8,7 +8,7 @@ use super::error::{ApiError, ServeError};
 use super::metrics::Metrics;
 use super::scheduler::{InferenceHandle, InferenceSetup, start};
 use crate::chat::{ChatTemplate, RenderOptions};
-use crate::generate::{EngineParams, NodeDump};
+use crate::generate::{DraftParams, EngineParams, NodeDump, check_vocab};
 use crate::gguf::GgufFile;
 use crate::models::load_model;
 use crate::tokenizer::Tokenizer;
@@ -40,6 +40,8 @@ pub struct ServeConfig {
     pub inject_panic: Option<String>,
     /// How the slots' KV cells are stored.
     pub kv_type: crate::graph::KvType,
+    /// Draft model for speculative decoding, and how it drafts.
+    pub draft: Option<(PathBuf, DraftParams)>,
 }
 
 /// Per-slot context when none is given.
@@ -61,6 +63,12 @@ impl ServeConfig {
         }
         Ok(per)
     }
+}
+
+/// The opened model file and draft (with its settings), before loading.
+pub struct Opened {
+    pub file: GgufFile,
+    pub draft: Option<(GgufFile, DraftParams)>,
 }
 
 /// The model, its tokenizer and template, and the inference thread.
@@ -104,15 +112,27 @@ impl AppState {
         Ok(m)
     }
 
-    /// Opens the model file (its header and metadata: quick), so that a missing or malformed
-    /// file fails before the server listens.
-    pub fn open_model(&self) -> Result<GgufFile, ServeError> {
-        GgufFile::open(&self.cfg.model).map_err(|e| ServeError::Load { path: self.cfg.model.display().to_string(), reason: e.to_string() })
+    /// Opens the model file and the draft's (their headers and metadata: quick) and checks
+    /// that the draft shares the model's vocabulary, so that a missing or malformed file, or a
+    /// draft that cannot draft, fails before the server listens.
+    pub fn open_model(&self) -> Result<Opened, ServeError> {
+        let open = |path: &std::path::Path| {
+            GgufFile::open(path).map_err(|e| ServeError::Load { path: path.display().to_string(), reason: e.to_string() })
+        };
+        let file = open(&self.cfg.model)?;
+        let Some((draft_path, params)) = &self.cfg.draft else { return Ok(Opened { file, draft: None }) };
+        let draft = open(draft_path)?;
+        let tokenizers = Tokenizer::from_gguf(&file).and_then(|t| Ok((t, Tokenizer::from_gguf(&draft)?)));
+        let fail = |reason: String| ServeError::Load { path: draft_path.display().to_string(), reason };
+        let (tok, draft_tok) = tokenizers.map_err(|e| fail(e.to_string()))?;
+        check_vocab(&tok, &draft_tok).map_err(|e| fail(e.to_string()))?;
+        Ok(Opened { file, draft: Some((draft, *params)) })
     }
 
-    /// Loads the model from its opened file and starts the inference thread (blocking: call
-    /// off the runtime).
-    pub fn load(&self, file: GgufFile) -> Result<(), ServeError> {
+    /// Loads the model (and the draft) from the opened files and starts the inference thread
+    /// (blocking: call off the runtime).
+    pub fn load(&self, opened: Opened) -> Result<(), ServeError> {
+        let Opened { file, draft } = opened;
         let path = self.cfg.model.display().to_string();
         let fail = |reason: String| ServeError::Load { path: path.clone(), reason };
         let tok = Tokenizer::from_gguf(&file).map_err(|e| fail(e.to_string()))?;
@@ -139,8 +159,17 @@ impl AppState {
             dump: None::<NodeDump>,
             kv_type: self.cfg.kv_type,
         };
+        let draft = match draft {
+            None => None,
+            Some((f, params)) => {
+                let path = self.cfg.draft.as_ref().map_or_else(String::new, |d| d.0.display().to_string());
+                let m = load_model(Arc::new(f)).map_err(|e| ServeError::Load { path, reason: e.to_string() })?;
+                Some((Arc::new(m), params))
+            }
+        };
         let inference = start(InferenceSetup {
             model,
+            draft,
             tok: tok.clone(),
             n_slots: self.cfg.slots,
             engine,
