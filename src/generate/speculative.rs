@@ -169,7 +169,8 @@ const MAX_PAUSE: usize = 128;
 /// Adaptive drafting: an exponential average of the acceptance rate; when it falls below
 /// [`MIN_ACCEPTANCE`] the next `skip` rounds are plain decode steps (no draft work at all),
 /// then one round drafts a few tokens again as a probe; each failed probe doubles the pause
-/// (from 4 up to [`MAX_PAUSE`] rounds), a good one ends it.
+/// (from 4 up to [`MAX_PAUSE`] rounds), a good one halves it (full-depth drafting resumes once
+/// it is back at 4).
 #[derive(Debug, Clone, Copy)]
 struct Backoff {
     rate: f64,
@@ -198,7 +199,8 @@ impl Backoff {
         let r = k as f64 / n as f64;
         self.rate = 0.6 * self.rate + 0.4 * r;
         if self.rate >= MIN_ACCEPTANCE {
-            self.pause = Backoff::FRESH.pause;
+            // Trust comes back gradually: a lucky probe only halves the pause.
+            self.pause = (self.pause / 2).max(Backoff::FRESH.pause);
         } else {
             self.skip = self.pause;
             self.pause = (self.pause * 2).min(MAX_PAUSE);
