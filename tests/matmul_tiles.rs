@@ -102,9 +102,17 @@ fn f32_bits<const N: usize>(v: &[[f32; N]]) -> Vec<[u32; N]> {
     v.iter().map(|a| a.map(f32::to_bits)).collect()
 }
 
-/// The ISA's fill (SIMD transposes) makes the scalar fill's tile, field by field.
+/// The ISA's fill (SIMD transposes) makes the scalar fill's tile, field by field, also into a
+/// tile that held other rows before (matrix products reuse tiles without clearing them).
 fn assert_same_k4(scalar: &K4Tile, blocks: &[BlockQ4K], per_row: usize, k: &Kernels) {
+    // Twice the rows, reversed, first: the reused tile shrinks.
+    let other: Vec<BlockQ4K> = blocks.iter().chain(blocks).rev().copied().collect();
+    let mut reused = K4Tile::default();
+    reused.fill(&other, per_row);
+    reused.fill(blocks, per_row);
+    assert_eq!(format!("{reused:?}"), format!("{scalar:?}"), "scalar fill into a used tile");
     let mut t = K4Tile::default();
+    k.k4_fill(&mut t, &other, per_row);
     k.k4_fill(&mut t, blocks, per_row);
     assert_eq!((t.vecs, t.per_row), (scalar.vecs, scalar.per_row));
     assert_eq!(t.q, scalar.q, "Q4_K quants");
@@ -115,7 +123,14 @@ fn assert_same_k4(scalar: &K4Tile, blocks: &[BlockQ4K], per_row: usize, k: &Kern
 }
 
 fn assert_same_k6(scalar: &K6Tile, blocks: &[BlockQ6K], per_row: usize, k: &Kernels) {
+    // Twice the rows, reversed, first: the reused tile shrinks.
+    let other: Vec<BlockQ6K> = blocks.iter().chain(blocks).rev().copied().collect();
+    let mut reused = K6Tile::default();
+    reused.fill(&other, per_row);
+    reused.fill(blocks, per_row);
+    assert_eq!(format!("{reused:?}"), format!("{scalar:?}"), "scalar fill into a used tile");
     let mut t = K6Tile::default();
+    k.k6_fill(&mut t, &other, per_row);
     k.k6_fill(&mut t, blocks, per_row);
     assert_eq!((t.vecs, t.per_row), (scalar.vecs, scalar.per_row));
     assert_eq!(t.q, scalar.q, "Q6_K quants");

@@ -31,8 +31,10 @@ impl DraftArgs {
     }
 
     /// The draft model, its vocabulary checked against the target's, loaded with `target`'s
-    /// context and worker threads. `None` without `--draft`.
+    /// context and worker threads. `None` without `--draft`. Bad `--draft-n` /
+    /// `--draft-min-p` values are errors with or without `--draft`.
     pub fn speculator(&self, engine: &EngineArgs, target: &Engine, target_tok: &Tokenizer) -> Result<Option<Speculator>, CliError> {
+        self.params().validate()?;
         let Some(path) = &self.draft else { return Ok(None) };
         let (f, draft_tok) = model_files::open_with_tokenizer(path)?;
         check_vocab(target_tok, &draft_tok)?;

@@ -57,7 +57,15 @@ impl EngineArgs {
     pub fn engine_beside(&self, file: Arc<GgufFile>, other: &Engine) -> Result<Engine, CliError> {
         super::progress::load_with_bar(&file);
         let model = Arc::new(load_model(file)?);
-        let p = EngineParams { n_ctx: other.n_ctx(), n_threads: 1, kv_type: self.kv_type()?, ..EngineParams::default() };
+        // No trace or node dump (those are the target's), the same backends as the target.
+        let p = EngineParams {
+            n_ctx: other.n_ctx(),
+            n_threads: 1,
+            backends: self.backend.clone(),
+            trace: false,
+            dump: None,
+            kv_type: self.kv_type()?,
+        };
         let shared = crate::generate::EngineShared::with_pool(&model, other.pool().clone())?;
         Ok(Engine::with_shared(model, &p, &shared)?)
     }

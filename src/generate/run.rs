@@ -284,6 +284,12 @@ impl<'t> Generator<'t> {
         self.finish(StepOutput::default(), reason)
     }
 
+    /// Ends generation for `reason` with `step` (a token just taken) as the last step: the
+    /// text held back so far joins its text, as a plain decode step ends.
+    pub fn end_with(&mut self, step: StepOutput, reason: StopReason) -> StepOutput {
+        self.finish(step, reason)
+    }
+
     fn emit(&mut self, step: &mut StepOutput, s: &str) {
         self.out.text.push_str(s);
         step.text.push_str(s);

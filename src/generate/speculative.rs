@@ -160,6 +160,9 @@ pub struct Speculator {
 /// of 12 drafts gains only when about 9 of them are accepted.
 const MIN_ACCEPTANCE: f64 = 0.8;
 
+/// Chunk of the draft's catch-up prefill when the generation sets none.
+const CATCH_UP_CHUNK: usize = 512;
+
 /// Drafts of a probe round (see [`Backoff`]).
 const PROBE_DEPTH: usize = 4;
 
@@ -284,19 +287,22 @@ impl Speculator {
         if n_max == 0 || ctx.len() + n_max > self.draft.n_ctx() {
             return Ok(Vec::new());
         }
-        let mut logits = self.sync_draft(&ctx, ubatch)?;
+        let mut logits = self.sync_draft(&ctx, ubatch.or(Some(CATCH_UP_CHUNK)))?;
         let greedy = self.sampler.params().temperature <= 0.0;
         let mut drafts = Vec::with_capacity(n_max);
         for _ in 0..n_max {
             let q = self.sampler.distribution(&logits)?;
-            let d = self.sampler.draw(&q);
-            // A greedy draft's confidence is its softmax probability at temperature 1.
+            // Whether to go on is decided from q alone, before drawing: a rule that looked at
+            // the drawn token would propose from q truncated, not from the q `judge` divides by.
+            // The confidence is q's best probability (greedy: the argmax's softmax probability
+            // at temperature 1).
             if self.params.p_min > 0.0 {
-                let confidence = if greedy { softmax_prob(&logits, d) } else { q.prob(d) };
+                let confidence = if greedy { softmax_prob(&logits, q.cands[0].0) } else { q.cands[0].1 };
                 if confidence < self.params.p_min {
                     break;
                 }
             }
+            let d = self.sampler.draw(&q);
             drafts.push((d, q));
             // The last draft is evaluated too (its logits unused): the next round's catch-up is
             // then one token, so the draft runs single-token passes only and its graph is never
@@ -311,6 +317,9 @@ impl Speculator {
     /// KV holds every emitted token but the last afterwards, as after plain decode steps.
     pub fn round(&mut self, g: &mut Generator, target: &mut Engine) -> Result<Vec<StepOutput>, SpecError> {
         let start = Instant::now();
+        if g.generation().generated_ids.len() >= g.params().max_tokens {
+            return Ok(vec![g.end(StopReason::MaxTokens)]);
+        }
         let t0 = match self.next.take() {
             Some(t) => t,
             None => {
@@ -318,15 +327,16 @@ impl Speculator {
                 g.draw(&p)
             }
         };
-        let mut out = vec![g.take(t0)?];
-        if out[0].finished.is_some() {
-            return Ok(out);
+        let first = g.take(t0)?;
+        if first.finished.is_some() {
+            return Ok(vec![first]);
         }
         let base = target.n_past();
         if base >= target.n_ctx() {
-            out.push(g.end(StopReason::ContextFull));
-            return Ok(out);
+            // The held-back text goes out with t0, as plain decoding flushes it.
+            return Ok(vec![g.end_with(first, StopReason::ContextFull)]);
         }
+        let mut out = vec![first];
         let budget = g.params().max_tokens.saturating_sub(g.generation().generated_ids.len());
         let n_max = self.backoff.depth(self.params.n_draft).min(target.n_ctx() - base - 1).min(budget);
         let t_draft = Instant::now();
@@ -337,39 +347,58 @@ impl Speculator {
         let batch: Vec<u32> = std::iter::once(t0).chain(drafts.iter().map(|d| d.0)).collect();
         let rows = target.eval(&batch, batch.len())?;
         self.stats.verify_secs += t_verify.elapsed().as_secs_f64();
-        let n_vocab = target.n_vocab();
+        let judged = self.judge_all(g, &rows, target.n_vocab(), &drafts, &mut out);
+        let (k, finished) = match judged {
+            Ok(kf) => kf,
+            Err(e) => {
+                // Never leave unchecked drafts in the KV.
+                target.kv_rm(base, target.n_past())?;
+                return Err(e);
+            }
+        };
+        // Keep t0 and the accepted drafts, except a last token that ended the generation (never
+        // evaluated after plain decode steps either).
+        let keep = if finished { base + k } else { base + 1 + k };
+        target.kv_rm(keep, target.n_past())?;
+        // Drafts cut off by the end of the generation were neither accepted nor rejected.
+        let considered = if finished { k } else { drafts.len() };
+        self.backoff.record(considered, k);
+        self.stats.drafted += considered;
+        self.stats.accepted += k;
+        self.stats.rounds += 1;
+        g.record_decode(start.elapsed().as_secs_f64(), keep - base);
+        Ok(out)
+    }
+
+    /// Judges the drafts in order against the target's rows (`rows[i]` the distribution after
+    /// `t0, d1..di`), appending the accepted ones to `out`; sets the logits and `next` for the
+    /// following round. Returns (accepted, whether the generation ended).
+    fn judge_all(
+        &mut self,
+        g: &mut Generator,
+        rows: &[f32],
+        n_vocab: usize,
+        drafts: &[(u32, TokenDist)],
+        out: &mut Vec<StepOutput>,
+    ) -> Result<(usize, bool), SpecError> {
         let row = |i: usize| rows[i * n_vocab..(i + 1) * n_vocab].to_vec();
         let greedy = g.params().sampler.temperature <= 0.0;
-        let mut k = 0;
-        let mut finished = false;
         for (i, (d, q)) in drafts.iter().enumerate() {
             g.set_logits(row(i));
             let p = g.distribution()?;
             if let Verdict::Replace(x) = judge(&p, q, *d, greedy, &mut || g.uniform()) {
                 self.next = Some(x);
-                break;
+                return Ok((i, false));
             }
             let step = g.take(*d)?;
-            finished = step.finished.is_some();
+            let finished = step.finished.is_some();
             out.push(step);
-            k += 1;
             if finished {
-                break;
+                return Ok((i + 1, true));
             }
         }
-        if self.next.is_none() && !finished {
-            g.set_logits(row(k));
-        }
-        // Keep t0 and the accepted drafts, except a last token that ended the generation (never
-        // evaluated after plain decode steps either).
-        let keep = if finished { base + k } else { base + 1 + k };
-        target.kv_rm(keep, target.n_past())?;
-        self.backoff.record(drafts.len(), k);
-        self.stats.drafted += drafts.len();
-        self.stats.accepted += k;
-        self.stats.rounds += 1;
-        g.record_decode(start.elapsed().as_secs_f64(), 1 + k);
-        Ok(out)
+        g.set_logits(row(drafts.len()));
+        Ok((drafts.len(), false))
     }
 }
 
@@ -403,7 +432,7 @@ fn judge(p: &TokenDist, q: &TokenDist, d: u32, greedy: bool, uniform: &mut dyn F
         // Greedy, or p == q up to rounding (then the draft would have been accepted): p's best.
         return Verdict::Replace(p.cands[0].0);
     }
-    let residual = TokenDist { cands: cands.into_iter().map(|(id, w)| (id, w / sum)).collect() };
+    let residual = TokenDist { cands: cands.into_iter().filter(|c| c.1 > 0.0).map(|(id, w)| (id, w / sum)).collect() };
     Verdict::Replace(residual.pick(uniform() as f32))
 }
 

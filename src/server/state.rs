@@ -122,9 +122,11 @@ impl AppState {
         let file = open(&self.cfg.model)?;
         let Some((draft_path, params)) = &self.cfg.draft else { return Ok(Opened { file, draft: None }) };
         let draft = open(draft_path)?;
-        let tokenizers = Tokenizer::from_gguf(&file).and_then(|t| Ok((t, Tokenizer::from_gguf(&draft)?)));
+        let tokenizer = |f: &GgufFile, path: &std::path::Path| {
+            Tokenizer::from_gguf(f).map_err(|e| ServeError::Load { path: path.display().to_string(), reason: e.to_string() })
+        };
+        let (tok, draft_tok) = (tokenizer(&file, &self.cfg.model)?, tokenizer(&draft, draft_path)?);
         let fail = |reason: String| ServeError::Load { path: draft_path.display().to_string(), reason };
-        let (tok, draft_tok) = tokenizers.map_err(|e| fail(e.to_string()))?;
         check_vocab(&tok, &draft_tok).map_err(|e| fail(e.to_string()))?;
         Ok(Opened { file, draft: Some((draft, *params)) })
     }

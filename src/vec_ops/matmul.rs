@@ -204,7 +204,7 @@ fn matmul_with(
         return Ok(());
     }
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
-    let tiled = tokens >= std::env::var("MINFER_TILE_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(2)
+    let tiled = tokens >= 2
         && kernels.has_tiles()
         && w.rows.is_multiple_of(LANES)
         && match w.ty {

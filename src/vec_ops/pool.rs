@@ -68,8 +68,6 @@ impl Pool {
         });
     }
 
-    /// Splits `out` into consecutive pieces of `item_len` values (one per item) and calls
-    /// `f(item_index, piece)` for each, in parallel.
     /// [`Pool::for_each_item_mut`] with scratch state: `init()` makes one `S` per run of
     /// consecutive items a worker takes, and `f` gets it `&mut` for each of them (the unpacked
     /// weight tiles of a matrix product reuse their buffers this way).
@@ -94,6 +92,8 @@ impl Pool {
         });
     }
 
+    /// Splits `out` into consecutive pieces of `item_len` values (one per item) and calls
+    /// `f(item_index, piece)` for each, in parallel.
     pub fn for_each_item_mut<T: Send>(&self, out: &mut [T], item_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
         use rayon::prelude::*;
         if item_len == 0 {
