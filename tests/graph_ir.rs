@@ -141,42 +141,8 @@ fn op_partial_eq_compares_payloads() {
 
 #[test]
 fn op_groups_are_declared_once() {
-    let all = [
-        Op::Input,
-        Op::Add,
-        Op::Mul,
-        Op::Scale(1.0),
-        Op::Silu,
-        Op::Softmax { dim: 0 },
-        Op::RmsNorm { eps: 1e-6 },
-        Op::QkNorm {
-            hd: 1,
-            nh: 1,
-            eps: 1e-6,
-        },
-        Op::MatMul { transpose_b: false },
-        Op::GetRows,
-        Op::RoPE {
-            style: RopeStyle::NonInterleaved,
-        },
-        Op::Attn {
-            mode: AttnMode::Gqa,
-        },
-        Op::KvcacheStore { layer: 0 },
-        Op::KvcacheLoad { layer: 0 },
-        Op::View {
-            offset: 0,
-            shape: [1; 4],
-        },
-        Op::Reshape { shape: [1; 4] },
-        Op::Permute { dims: [0, 1, 2, 3] },
-        Op::SwiGLU,
-        Op::BatchMatMul,
-        Op::FusedQKV { layer: 0 },
-        Op::QkvBiasRopeStore { layer: 0 },
-        Op::FusedFFN,
-        Op::FusedQkvNorm { layer: 0 },
-    ];
+    let all = Op::examples();
+    assert_eq!(all.len(), 23, "one example per Op variant");
     let names = |f: fn(&Op) -> bool| {
         all.iter()
             .filter(|o| f(o))
@@ -551,11 +517,12 @@ fn json_export_round_trips() {
     let g = assigned_tiny();
     let p = params(5, 16);
     let mut buf = Vec::new();
-    g.dump_json(&mut buf, Some(&p)).unwrap();
+    g.dump_json(&mut buf, Some(&p), Some("tiny")).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
     assert_eq!(v["format"], "minfer-graph");
     assert_eq!(v["version"], 1);
     assert_eq!(v["kind"], "prefill");
+    assert_eq!(v["model"], "tiny");
     assert_eq!(v["params"]["n_ctx"], 16);
     let nodes = v["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), g.nodes.len());

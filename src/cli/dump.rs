@@ -15,7 +15,7 @@ pub fn dump_graphs(engine: &Engine, n_prompt: usize, dot: Option<&Path>, json: O
         write(p, graph.to_dot().into_bytes())?;
     }
     if let Some(p) = json {
-        let v = graph.export_json(Some(&params));
+        let v = graph.export_json(Some(&params), Some(&engine.model().display_name()));
         write(p, serde_json::to_vec_pretty(&v).unwrap_or_default())?;
     }
     eprintln!("minfer: graph of {} nodes for {} tokens written", graph.nodes.len(), params.n_tokens);

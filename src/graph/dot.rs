@@ -27,6 +27,10 @@ impl ComputeGraph {
         let live = self.live_mask();
         writeln!(w, "digraph minfer {{")?;
         writeln!(w, "  rankdir=TB;")?;
+        // Bounded layout effort: the positions input and the KV loads feed every layer, and
+        // dot's network simplex spends minutes on those long edges in a 440-node pass; with
+        // these limits `dot -Tsvg` takes seconds.
+        writeln!(w, "  nslimit=2; mclimit=0.5;")?;
         writeln!(w, "  node [fontname=\"monospace\"];")?;
         for node in &self.nodes {
             let io_node = self.inputs.contains(&node.id) || self.outputs.contains(&node.id);

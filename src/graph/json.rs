@@ -1,13 +1,15 @@
 //! JSON export for tools and the visualizer.
 //!
 //! ```text
-//! {"format": "minfer-graph", "version": 1, "uid": 3, "kind": "prefill"|"decode"|null,
-//!  "params": {...}|null, "inputs": [ids], "outputs": [ids],
+//! {"format": "minfer-graph", "version": 1, "model": "name"|null, "uid": 3,
+//!  "kind": "prefill"|"decode"|null, "params": {...}|null, "inputs": [ids], "outputs": [ids],
 //!  "nodes": [{"id", "name", "op", "detail", "shape", "dtype", "backend", "src", "layer",
 //!             "live", "meta"}]}
 //! ```
 //! `op` is the short op name, `detail` the payload (`RmsNorm { eps: 1e-6 }`), `backend` the
 //! registry name or `null`, `meta` an object with a `"kind"` field per `NodeMeta` variant.
+//! `docs/minfer-graph.schema.json` is the schema, every op and meta kind enumerated
+//! (`tests/graph_export.rs` validates exports against it).
 
 use std::io::{self, Write};
 
@@ -34,11 +36,12 @@ fn meta_json(meta: &NodeMeta) -> Value {
         }),
         NodeMeta::Attn(m) => json!({
             "layer": m.layer, "n_head": m.n_head, "n_head_kv": m.n_head_kv,
-            "head_dim": m.head_dim, "scale": m.scale, "n_ctx": m.n_ctx,
+            "head_dim": m.head_dim, "scale": m.scale, "n_ctx": m.n_ctx, "kv_type": m.kv_type.name(),
         }),
-        NodeMeta::Kvcache(m) => {
-            json!({ "layer": m.layer, "n_embd_kv": m.n_embd_kv, "n_ctx": m.n_ctx })
-        }
+        NodeMeta::Kvcache(m) => json!({
+            "layer": m.layer, "n_embd_kv": m.n_embd_kv, "n_ctx": m.n_ctx,
+            "kv_type": m.kv_type.name(), "head_dim": m.head_dim,
+        }),
         NodeMeta::Embed(m) => json!({
             "weight": m.weight_name, "weight_type": m.weight_type.name(), "n_embd": m.n_embd,
         }),
@@ -76,8 +79,9 @@ fn params_json(p: &GraphParams) -> Value {
 }
 
 impl ComputeGraph {
-    /// The graph as a JSON value; `params` adds `"kind"` and `"params"`.
-    pub fn export_json(&self, params: Option<&GraphParams>) -> Value {
+    /// The graph as a JSON value; `params` adds `"kind"` and `"params"`, `model` names the
+    /// model.
+    pub fn export_json(&self, params: Option<&GraphParams>, model: Option<&str>) -> Value {
         let live = self.live_mask();
         let kind = params.map(|p| match p.gtype {
             GraphType::Prefill => "prefill",
@@ -86,6 +90,7 @@ impl ComputeGraph {
         json!({
             "format": JSON_FORMAT,
             "version": JSON_VERSION,
+            "model": model,
             "uid": self.uid,
             "kind": kind,
             "params": params.map(params_json),
@@ -96,8 +101,8 @@ impl ComputeGraph {
     }
 
     /// Writes [`export_json`](Self::export_json), pretty-printed.
-    pub fn dump_json(&self, w: &mut dyn Write, params: Option<&GraphParams>) -> io::Result<()> {
-        serde_json::to_writer_pretty(&mut *w, &self.export_json(params))?;
+    pub fn dump_json(&self, w: &mut dyn Write, params: Option<&GraphParams>, model: Option<&str>) -> io::Result<()> {
+        serde_json::to_writer_pretty(&mut *w, &self.export_json(params, model))?;
         writeln!(w)
     }
 }

@@ -224,6 +224,68 @@ impl Op {
         }
     }
 
+    /// One op of every variant (payloads arbitrary): exporters, schemas and tests iterate over
+    /// it. [`Op::example_index`] matches without a wildcard, so a new variant does not compile
+    /// until it has an example here.
+    pub fn examples() -> Vec<Op> {
+        let ops = vec![
+            Op::Input,
+            Op::Add,
+            Op::Mul,
+            Op::Scale(0.5),
+            Op::Silu,
+            Op::Softmax { dim: 0 },
+            Op::RmsNorm { eps: 1e-6 },
+            Op::QkNorm { hd: 64, nh: 2, eps: 1e-6 },
+            Op::MatMul { transpose_b: false },
+            Op::GetRows,
+            Op::RoPE { style: RopeStyle::NonInterleaved },
+            Op::Attn { mode: AttnMode::Gqa },
+            Op::KvcacheStore { layer: 0 },
+            Op::KvcacheLoad { layer: 0 },
+            Op::View { offset: 0, shape: [1, 1, 1, 1] },
+            Op::Reshape { shape: [1, 1, 1, 1] },
+            Op::Permute { dims: [0, 1, 2, 3] },
+            Op::SwiGLU,
+            Op::BatchMatMul,
+            Op::FusedQKV { layer: 0 },
+            Op::QkvBiasRopeStore { layer: 0 },
+            Op::FusedFFN,
+            Op::FusedQkvNorm { layer: 0 },
+        ];
+        debug_assert!(ops.iter().enumerate().all(|(i, op)| op.example_index() == i));
+        ops
+    }
+
+    /// This op's place in [`Op::examples`].
+    const fn example_index(&self) -> usize {
+        match self {
+            Op::Input => 0,
+            Op::Add => 1,
+            Op::Mul => 2,
+            Op::Scale(_) => 3,
+            Op::Silu => 4,
+            Op::Softmax { .. } => 5,
+            Op::RmsNorm { .. } => 6,
+            Op::QkNorm { .. } => 7,
+            Op::MatMul { .. } => 8,
+            Op::GetRows => 9,
+            Op::RoPE { .. } => 10,
+            Op::Attn { .. } => 11,
+            Op::KvcacheStore { .. } => 12,
+            Op::KvcacheLoad { .. } => 13,
+            Op::View { .. } => 14,
+            Op::Reshape { .. } => 15,
+            Op::Permute { .. } => 16,
+            Op::SwiGLU => 17,
+            Op::BatchMatMul => 18,
+            Op::FusedQKV { .. } => 19,
+            Op::QkvBiasRopeStore { .. } => 20,
+            Op::FusedFFN => 21,
+            Op::FusedQkvNorm { .. } => 22,
+        }
+    }
+
     /// Short ggml-style name.
     pub const fn name(&self) -> &'static str {
         self.traits().name
@@ -351,6 +413,9 @@ pub enum NodeMeta {
 }
 
 impl NodeMeta {
+    /// Every [`NodeMeta::kind_name`].
+    pub const KIND_NAMES: [&'static str; 7] = ["none", "matmul", "norm", "rope", "attn", "kvcache", "embed"];
+
     /// Variant name, for exports and error messages.
     pub const fn kind_name(&self) -> &'static str {
         match self {

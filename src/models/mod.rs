@@ -33,6 +33,14 @@ impl Model {
     pub fn hparams(&self) -> &HParams {
         self.def.hparams()
     }
+
+    /// `general.name`, else the architecture (exports and traces name the model this way).
+    pub fn display_name(&self) -> String {
+        match self.file.opt_str("general.name") {
+            Ok(Some(n)) if !n.is_empty() => n.to_string(),
+            _ => self.hparams().arch.clone(),
+        }
+    }
 }
 
 /// Builds the architecture named by `general.architecture`; an unknown one is an error listing
