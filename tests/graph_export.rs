@@ -169,3 +169,30 @@ fn cli_exports_of_the_real_models_validate_and_render() {
     export_and_render(common::QWEN2_05B, "Hi", "decode");
     export_and_render(common::QWEN3_TINY, "Hello there", "prefill");
 }
+
+/// The export is the graph the run executes: after evaluating a prompt, the engine's cached
+/// graph exports to the same JSON as `preview_graph` (what `--dump-graph-json` writes), uid
+/// aside; for a prefill and for a decode step.
+#[test]
+fn the_export_is_the_graph_the_run_executes() {
+    use std::sync::Arc;
+    for name in [common::QWEN2_05B, common::QWEN3_TINY] {
+        let f = Arc::new(minfer::gguf::GgufFile::open(common::model_path(name)).unwrap());
+        let model = Arc::new(minfer::models::load_model(f).unwrap());
+        let p = minfer::generate::EngineParams { n_ctx: 64, n_threads: 2, ..Default::default() };
+        let mut e = minfer::generate::Engine::new(model, &p).unwrap();
+        for (tokens, kind) in [(&[1u32, 2, 3, 4, 5][..], "prefill"), (&[6u32][..], "decode")] {
+            let (preview, pp) = e.preview_graph(tokens.len(), 1).unwrap();
+            e.eval(tokens, 1).unwrap();
+            let (live, lp) = e.live_graph().unwrap();
+            let strip = |mut v: Value| {
+                v["uid"] = Value::Null;
+                v
+            };
+            let a = strip(preview.export_json(Some(&pp), Some("m")));
+            let b = strip(live.export_json(Some(&lp), Some("m")));
+            assert_eq!(a["kind"], kind);
+            assert_eq!(a, b, "{name} {kind}: the preview differs from the executed graph");
+        }
+    }
+}

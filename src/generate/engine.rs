@@ -271,6 +271,13 @@ impl Engine {
         }
     }
 
+    /// The graph the last evaluation ran (as cached for reuse), with the params that built it;
+    /// `None` before the first evaluation.
+    pub fn live_graph(&self) -> Option<(&ComputeGraph, GraphParams)> {
+        let g = self.cache.graph()?;
+        Some((g, *self.cache.params()?))
+    }
+
     /// The graph `eval` would run for `n_tokens` tokens and `n_out` logit rows, with backends
     /// assigned and fusion applied, without allocating or executing it (`--dump-graph`).
     pub fn preview_graph(&self, n_tokens: usize, n_out: usize) -> Result<(ComputeGraph, GraphParams), EngineError> {
