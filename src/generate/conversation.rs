@@ -103,7 +103,7 @@ pub struct Conversation<'t> {
     spec: Option<Speculator>,
 }
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+pub(super) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 

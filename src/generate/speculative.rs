@@ -33,6 +33,7 @@
 
 use std::time::Instant;
 
+use super::conversation::common_prefix;
 use super::engine::{Engine, EngineError};
 use super::run::{GenerateError, GenerateParams, Generation, Generator, StepOutput, StopReason};
 use super::sampler::{Sampler, SamplerError, SamplerParams, TokenDist};
@@ -272,7 +273,7 @@ impl Speculator {
     /// The draft's KV made to hold `ctx` (its longest common prefix kept, the rest evaluated
     /// in chunks of `ubatch`); the logits after `ctx`'s last token.
     fn sync_draft(&mut self, ctx: &[u32], ubatch: Option<usize>) -> Result<Vec<f32>, SpecError> {
-        let common = self.draft.tokens().iter().zip(ctx).take_while(|(a, b)| a == b).count();
+        let common = common_prefix(self.draft.tokens(), ctx);
         // The last token is evaluated again when the draft has it: its logits are needed.
         let keep = common.min(ctx.len() - 1);
         self.draft.kv_rm(keep, self.draft.n_past())?;
