@@ -66,6 +66,8 @@ pub enum CliError {
     Chat(String),
     #[error("{0}")]
     KvType(String),
+    #[error(transparent)]
+    Trace(#[from] crate::generate::TraceError),
 }
 
 #[derive(Debug, Parser)]

@@ -9,7 +9,7 @@ use super::draft_args::DraftArgs;
 use super::engine_args::EngineArgs;
 use super::{CliError, Out, model_files};
 use super::progress::{PREFILL_BAR_TOKENS, Progress};
-use crate::generate::{Engine, GenerateParams, Generation, Generator, SamplerParams, SpecError, Speculator, run_speculative};
+use crate::generate::{Engine, GenerateParams, Generation, Generator, SamplerParams, SpecError, Speculator, TraceOptions, TraceRecorder, run_speculative};
 use crate::tokenizer::Tokenizer;
 
 /// Where the prompt comes from.
@@ -83,12 +83,31 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
     };
     let json = a.json;
     let mut spec = a.draft.speculator(&a.engine, &engine, &tok)?;
+    let trace = match TraceOptions::from_env()? {
+        Some(t) => Some((t.create()?, t)),
+        None => None,
+    };
+    if let Some((_, t)) = &trace {
+        engine.set_tracer(Some(TraceRecorder::new(t.max_values)));
+    }
     let g = generate_with_bar(&mut engine, spec.as_mut(), &tok, &ids, &params, &mut |s| {
         if json {
             return Ok(());
         }
         out.write(s).and_then(|_| out.flush()).map_err(|e| e.to_string())
-    })?;
+    });
+    // The trace is written even when generation failed: it shows what ran up to the failure.
+    let mut trace_note = None;
+    if let (Some((file, t)), Some(rec)) = (trace, engine.take_tracer()) {
+        rec.write(file, &t.path, &engine.model().display_name(), &text, &tok)?;
+        let steps: usize = rec.phases().iter().map(|p| p.steps.len()).sum();
+        trace_note = Some(format!(
+            "minfer: trace of {steps} evaluations in {} phases written to {}",
+            rec.phases().len(),
+            t.path.display()
+        ));
+    }
+    let g = g.inspect_err(|_| trace_note.iter().for_each(|n| eprintln!("{n}")))?;
     if json {
         let v = json!({
             "prompt_ids": g.prompt_ids,
@@ -99,10 +118,12 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
             "gen_secs": g.gen_secs,
             "draft": spec.as_ref().map(|s| s.stats().to_json()),
         });
+        trace_note.iter().for_each(|n| eprintln!("{n}"));
         return out.line(v.to_string());
     }
     out.line("")?;
     out.flush()?;
+    trace_note.iter().for_each(|n| eprintln!("{n}"));
     eprintln!(
         "minfer: prompt {} tokens in {:.2} s ({:.1} t/s), generated {} tokens in {:.2} s ({:.1} t/s)",
         g.prompt_ids.len(),

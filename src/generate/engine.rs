@@ -12,6 +12,7 @@ use crate::graph::{
     GraphType, Prepared, WeightStore,
 };
 use crate::models::Model;
+use super::trace::TraceRecorder;
 use crate::vec_ops::{Pool, PoolError};
 
 pub mod kv;
@@ -103,6 +104,38 @@ impl Default for EngineParams {
     }
 }
 
+/// Executes the cached graph with an observer that writes the node dump and/or feeds the tracer.
+fn observed_execute(
+    cache: &mut GraphCache,
+    sched: &BackendScheduler,
+    dump: Option<&NodeDump>,
+    mut tracer: Option<&mut TraceRecorder>,
+    (n_past, nt, n_out): (usize, usize, usize),
+) -> Result<(), EngineError> {
+    let io = |d: &NodeDump, err| EngineError::Dump { dir: d.dir.display().to_string(), err };
+    if let Some(d) = dump {
+        std::fs::create_dir_all(&d.dir).map_err(|e| io(d, e))?;
+    }
+    let (mut seen, mut index, mut failed) = (Default::default(), String::new(), None);
+    cache.execute_observed(sched, &mut |node, data| {
+        if let Some(d) = dump
+            && failed.is_none()
+        {
+            failed = d.write_node(&mut seen, &mut index, node, data, (d.pos - n_past, nt, n_out)).err();
+        }
+        if let Some(t) = tracer.as_deref_mut() {
+            t.observe(node, data);
+        }
+    })?;
+    if let Some(d) = dump {
+        if let Some(err) = failed {
+            return Err(io(d, err));
+        }
+        std::fs::write(d.dir.join("index.tsv"), index).map_err(|e| io(d, e))?;
+    }
+    Ok(())
+}
+
 /// The number of cores, at least 1.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
@@ -186,6 +219,10 @@ pub struct Engine {
     cell_pos: Vec<i32>,
     last: Option<EvalInfo>,
     dump: Option<NodeDump>,
+    /// Per-node capture of every evaluation (`MINFER_TRACE`, `minfer viz`).
+    tracer: Option<TraceRecorder>,
+    /// [`Model::display_name`], for trace phases.
+    model_name: String,
 }
 
 impl Engine {
@@ -207,7 +244,7 @@ impl Engine {
         alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_model(weights, pool.clone())))?;
         let cparams = CParams { n_ctx: p.n_ctx, flash_attn: false, gpu: false, fuse_qkv: false, fuse_ffn: false, kv_type: p.kv_type };
         Ok(Engine {
-            model,
+            model_name: model.display_name(),
             pool,
             cache: GraphCache::new(alloc),
             sched: BackendScheduler::with_trace(p.trace),
@@ -216,6 +253,8 @@ impl Engine {
             cell_pos: Vec::new(),
             last: None,
             dump: p.dump.clone(),
+            tracer: None,
+            model,
         })
     }
 
@@ -248,6 +287,21 @@ impl Engine {
 
     pub fn n_vocab(&self) -> usize {
         self.model.hparams().n_vocab as usize
+    }
+
+    /// Captures every later evaluation node by node into `tracer` (`None` stops capturing).
+    /// Capture only reads outputs: the logits are the same with or without it.
+    pub fn set_tracer(&mut self, tracer: Option<TraceRecorder>) {
+        self.tracer = tracer;
+    }
+
+    /// Ends capturing and returns what was recorded.
+    pub fn take_tracer(&mut self) -> Option<TraceRecorder> {
+        self.tracer.take()
+    }
+
+    pub fn tracer(&self) -> Option<&TraceRecorder> {
+        self.tracer.as_ref()
     }
 
     /// Forgets the sequence; the KV regions are kept and overwritten.
@@ -321,29 +375,36 @@ impl Engine {
             alloc.fill_input_i32(graph, "tail_ids", &tail)?;
         }
         let out = *graph.outputs.first().ok_or(GraphError::NoGraph)?;
-        match self.dump.as_ref().filter(|d| (n_past..n_past + nt).contains(&d.pos)) {
-            None => {
-                let (cache, sched) = (&mut self.cache, &self.sched);
-                self.pool.install(|| cache.execute(sched))?
-            }
-            Some(d) => {
-                let t = d.pos - n_past;
-                let io = |err| EngineError::Dump { dir: d.dir.display().to_string(), err };
-                std::fs::create_dir_all(&d.dir).map_err(io)?;
-                let (mut seen, mut index, mut failed) = (Default::default(), String::new(), None);
-                self.cache.execute_observed(&self.sched, &mut |node, data| {
-                    if failed.is_none() {
-                        failed = d.write_node(&mut seen, &mut index, node, data, (t, nt, n_out)).err();
-                    }
-                })?;
-                if let Some(err) = failed {
-                    return Err(io(err));
+        let dump = self.dump.as_ref().filter(|d| (n_past..n_past + nt).contains(&d.pos));
+        if let Some(t) = self.tracer.as_mut() {
+            t.begin_step(&params, graph, &self.model_name, n_past, tokens);
+            for &id in &graph.inputs {
+                if let Some(data) = alloc.read_node(id) {
+                    t.observe(&graph.nodes[id], data);
                 }
-                std::fs::write(d.dir.join("index.tsv"), index).map_err(io)?;
             }
+        }
+        let executed = match (dump, self.tracer.as_mut()) {
+            (None, None) => {
+                let (cache, sched) = (&mut self.cache, &self.sched);
+                self.pool.install(|| cache.execute(sched)).map_err(EngineError::from)
+            }
+            (dump, tracer) => {
+                let (cache, sched) = (&mut self.cache, &self.sched);
+                self.pool.install(|| observed_execute(cache, sched, dump, tracer, (n_past, nt, n_out)))
+            }
+        };
+        if let Err(e) = executed {
+            if let Some(t) = self.tracer.as_mut() {
+                t.abort_step();
+            }
+            return Err(e);
         }
         let (_, alloc) = self.cache.current().ok_or(GraphError::NoGraph)?;
         let logits = alloc.copy_to_cpu(out)?;
+        if let Some(t) = self.tracer.as_mut() {
+            t.end_step(&logits[logits.len().saturating_sub(n_vocab)..]);
+        }
         self.tokens.extend_from_slice(tokens);
         self.cell_pos.extend_from_slice(&positions);
         Ok(logits)

@@ -9,6 +9,7 @@ mod sampler;
 pub mod session;
 mod speculative;
 mod stop;
+pub mod trace;
 
 pub use conversation::{Conversation, ConversationError, ConversationParams, Turn, TurnStats};
 pub use engine::kv::KvSnapshot;
@@ -19,4 +20,5 @@ pub use run::{GenerateError, GenerateParams, Generation, Generator, StepOutput, 
 pub use sampler::{Sampler, SamplerError, SamplerParams, TokenDist, argmax};
 pub use speculative::{DraftParams, SpecError, SpecStats, Speculator, check_vocab, generate_speculative, run_speculative};
 pub use stop::{StopOutcome, StopStrings};
+pub use trace::{TraceError, TraceEvent, TraceOptions, TracePhase, TraceRecorder, TraceSink, TraceStep};
 pub(crate) use stop::longest_suffix_prefix;

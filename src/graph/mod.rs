@@ -37,6 +37,7 @@ pub mod ops;
 pub mod params;
 pub mod registry;
 pub mod scheduler;
+pub mod trace;
 pub mod weights;
 
 use std::collections::VecDeque;
@@ -56,6 +57,7 @@ pub use kv_type::{KvType, KvTypeError};
 pub use params::{CParams, GraphParams, GraphType};
 pub use registry::{Backend, BackendEntry, BackendFence, BackendRegistry, Capabilities};
 pub use scheduler::{BackendScheduler, NodeObserver, Split};
+pub use trace::{DEFAULT_TRACE_VALUES, NodeStats, NodeTrace, is_traced};
 pub use weights::{WeightStore, WeightView};
 
 /// Index of a node in [`ComputeGraph::nodes`]; build order is id order.

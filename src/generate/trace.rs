@@ -1,0 +1,301 @@
+//! Recording a run node by node: `MINFER_TRACE=PATH` and the visualizer's live mode.
+//!
+//! An [`Engine`](super::Engine) holding a [`TraceRecorder`] executes every evaluation with an
+//! observer ([`crate::graph::BackendScheduler::execute_observed`]) that captures each node's
+//! output ([`NodeTrace`]) right after it ran. Evaluations are grouped into *phases*: consecutive
+//! evaluations of the same graph (same [`GraphParams`]), so a run is typically one prefill phase
+//! and one decode phase, each carrying its graph export once. The trace file is
+//!
+//! ```text
+//! {"format": "minfer-trace", "version": 1, "model", "prompt", "max_values",
+//!  "phases": [{"kind", "graph": <minfer-graph>, "steps": [
+//!     {"n_past", "input": [ids], "token", "text", "logits_top": [{"id", "logit", "text"}],
+//!      "nodes": [{"id", "dtype", "stats", "values", "stride", "n"}]}]}]}
+//! ```
+//! `token`/`text` are the step's last input token (the one whose logits the step produced);
+//! `logits_top` is the prediction from it. `docs/minfer-trace.schema.json` is the schema.
+//!
+//! A sink sees the same data as it is captured ([`TraceEvent`]); `minfer viz` streams it.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::graph::{CNode, ComputeGraph, DEFAULT_TRACE_VALUES, GraphParams, GraphType, NodeTrace};
+use crate::tokenizer::Tokenizer;
+
+pub const TRACE_FORMAT: &str = "minfer-trace";
+pub const TRACE_VERSION: u64 = 1;
+/// Entries of `logits_top`.
+pub const LOGITS_TOP: usize = 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("MINFER_TRACE_VALUES={value:?}: expected the number of values kept per node (at least 1)")]
+    BadValues { value: String },
+    #[error("cannot write trace {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+/// `MINFER_TRACE=PATH` (where the trace is written) and `MINFER_TRACE_VALUES=N` (samples per
+/// node, default [`DEFAULT_TRACE_VALUES`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceOptions {
+    pub path: PathBuf,
+    pub max_values: usize,
+}
+
+impl TraceOptions {
+    /// `None` when `MINFER_TRACE` is unset or empty.
+    pub fn from_env() -> Result<Option<TraceOptions>, TraceError> {
+        let Some(path) = std::env::var_os("MINFER_TRACE").filter(|p| !p.is_empty()) else {
+            return Ok(None);
+        };
+        let max_values = match std::env::var("MINFER_TRACE_VALUES") {
+            Err(_) => DEFAULT_TRACE_VALUES,
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => return Err(TraceError::BadValues { value: v }),
+            },
+        };
+        Ok(Some(TraceOptions { path: path.into(), max_values }))
+    }
+
+    /// Creates (truncates) the trace file: a run that could not save its trace fails before it
+    /// computes anything.
+    pub fn create(&self) -> Result<std::fs::File, TraceError> {
+        std::fs::File::create(&self.path).map_err(|source| TraceError::Write { path: self.path.clone(), source })
+    }
+}
+
+/// One evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceStep {
+    /// Tokens in the KV before this evaluation (the first input's position).
+    pub n_past: usize,
+    pub input: Vec<u32>,
+    /// The most likely next tokens after the last input, `(id, logit)`, best first.
+    pub logits_top: Vec<(u32, f32)>,
+    /// Captured nodes in execution order (inputs first).
+    pub nodes: Vec<NodeTrace>,
+}
+
+/// Consecutive evaluations of one graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracePhase {
+    pub params: GraphParams,
+    /// The graph's `minfer-graph` export (backends and fusion as executed).
+    pub graph: Value,
+    pub steps: Vec<TraceStep>,
+}
+
+impl TracePhase {
+    pub fn kind(&self) -> &'static str {
+        match self.params.gtype {
+            GraphType::Prefill => "prefill",
+            GraphType::Decode => "decode",
+        }
+    }
+}
+
+/// What a sink sees, as it happens. Indices count phases and steps within a phase from 0.
+#[derive(Debug, Clone, Copy)]
+pub enum TraceEvent<'a> {
+    /// A new phase starts; its graph follows before any of its nodes.
+    Phase { phase: usize, kind: &'static str, graph: &'a Value },
+    /// A step starts: the inputs are filled, nothing has run yet.
+    StepStart { phase: usize, step: usize, n_past: usize, input: &'a [u32] },
+    /// A node ran.
+    Node { phase: usize, step: usize, node: &'a NodeTrace },
+    /// The step's logits are read (every node was sent before).
+    StepEnd { phase: usize, step: usize, trace: &'a TraceStep },
+}
+
+/// Receives [`TraceEvent`]s while the engine runs (on the evaluating thread).
+pub type TraceSink = Box<dyn FnMut(TraceEvent<'_>) + Send>;
+
+/// Collects the phases of a run; see the module docs.
+pub struct TraceRecorder {
+    max_values: usize,
+    phases: Vec<TracePhase>,
+    sink: Option<TraceSink>,
+}
+
+impl std::fmt::Debug for TraceRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceRecorder")
+            .field("max_values", &self.max_values)
+            .field("phases", &self.phases.len())
+            .field("sink", &self.sink.is_some())
+            .finish()
+    }
+}
+
+impl TraceRecorder {
+    /// Keeps at most `max_values` (at least 1) samples per node.
+    pub fn new(max_values: usize) -> TraceRecorder {
+        TraceRecorder { max_values: max_values.max(1), phases: Vec::new(), sink: None }
+    }
+
+    pub fn with_sink(mut self, sink: TraceSink) -> TraceRecorder {
+        self.sink = Some(sink);
+        self
+    }
+
+    pub fn max_values(&self) -> usize {
+        self.max_values
+    }
+
+    pub fn phases(&self) -> &[TracePhase] {
+        &self.phases
+    }
+
+    fn emit(&mut self, event: TraceEvent<'_>) {
+        if let Some(sink) = self.sink.as_mut() {
+            sink(event);
+        }
+    }
+
+    /// Starts a step of `graph` (built from `params`, inputs filled); a new phase when the
+    /// previous step ran other params.
+    pub(crate) fn begin_step(&mut self, params: &GraphParams, graph: &ComputeGraph, model: &str, n_past: usize, input: &[u32]) {
+        if self.phases.last().is_none_or(|p| p.params != *params) {
+            self.phases.push(TracePhase {
+                params: *params,
+                graph: graph.export_json(Some(params), Some(model)),
+                steps: Vec::new(),
+            });
+            let phase = self.phases.len() - 1;
+            let mut sink = self.sink.take();
+            if let (Some(s), Some(p)) = (sink.as_mut(), self.phases.last()) {
+                s(TraceEvent::Phase { phase, kind: p.kind(), graph: &p.graph });
+            }
+            self.sink = sink;
+        }
+        let phase = self.phases.len() - 1;
+        let steps = &mut self.phases[phase].steps;
+        steps.push(TraceStep { n_past, input: input.to_vec(), logits_top: Vec::new(), nodes: Vec::new() });
+        let step = steps.len() - 1;
+        self.emit(TraceEvent::StepStart { phase, step, n_past, input });
+    }
+
+    /// Captures `node`'s output into the open step (untraced nodes are ignored).
+    pub(crate) fn observe(&mut self, node: &CNode, data: &[f32]) {
+        let Some(t) = NodeTrace::capture(node, data, self.max_values) else {
+            return;
+        };
+        let Some((phase, step)) = self.open_step() else {
+            return;
+        };
+        self.emit(TraceEvent::Node { phase, step, node: &t });
+        self.phases[phase].steps[step].nodes.push(t);
+    }
+
+    /// Closes the open step with the logits of its last token.
+    pub(crate) fn end_step(&mut self, last_logits: &[f32]) {
+        let Some((phase, step)) = self.open_step() else {
+            return;
+        };
+        self.phases[phase].steps[step].logits_top = top_logits(last_logits, LOGITS_TOP);
+        let mut sink = self.sink.take();
+        if let Some(s) = sink.as_mut() {
+            s(TraceEvent::StepEnd { phase, step, trace: &self.phases[phase].steps[step] });
+        }
+        self.sink = sink;
+    }
+
+    /// Drops the open step (its evaluation failed), and its phase when that was its only step.
+    pub(crate) fn abort_step(&mut self) {
+        if let Some(p) = self.phases.last_mut() {
+            p.steps.pop();
+            if p.steps.is_empty() {
+                self.phases.pop();
+            }
+        }
+    }
+
+    fn open_step(&self) -> Option<(usize, usize)> {
+        let phase = self.phases.len().checked_sub(1)?;
+        let step = self.phases[phase].steps.len().checked_sub(1)?;
+        Some((phase, step))
+    }
+
+    /// The trace document (module docs); token texts come from `tok`.
+    pub fn to_json(&self, model: &str, prompt: &str, tok: &Tokenizer) -> Value {
+        let phases: Vec<Value> = self
+            .phases
+            .iter()
+            .map(|p| {
+                let steps: Vec<Value> = p.steps.iter().map(|s| step_json(s, tok)).collect();
+                json!({ "kind": p.kind(), "graph": p.graph, "steps": steps })
+            })
+            .collect();
+        json!({
+            "format": TRACE_FORMAT, "version": TRACE_VERSION, "model": model, "prompt": prompt,
+            "max_values": self.max_values, "phases": phases,
+        })
+    }
+
+    /// Writes [`to_json`](Self::to_json) to `file` (opened by [`TraceOptions::create`]; `path`
+    /// names it in errors).
+    pub fn write(&self, file: std::fs::File, path: &Path, model: &str, prompt: &str, tok: &Tokenizer) -> Result<(), TraceError> {
+        let err = |source| TraceError::Write { path: path.to_path_buf(), source };
+        let mut w = std::io::BufWriter::new(file);
+        serde_json::to_writer(&mut w, &self.to_json(model, prompt, tok)).map_err(|e| err(e.into()))?;
+        std::io::Write::flush(&mut w).map_err(err)
+    }
+}
+
+/// A token's text with special tokens rendered; invalid UTF-8 (a partial character) replaced.
+pub fn token_text(tok: &Tokenizer, id: u32) -> String {
+    tok.token_piece(id, true).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
+}
+
+/// A step without its nodes: `{n_past, input, token, text, logits_top}`.
+pub fn step_summary_json(s: &TraceStep, tok: &Tokenizer) -> Value {
+    let token = s.input.last().copied();
+    let top: Vec<Value> = s
+        .logits_top
+        .iter()
+        .map(|&(id, logit)| json!({ "id": id, "logit": logit, "text": token_text(tok, id) }))
+        .collect();
+    json!({
+        "n_past": s.n_past, "input": s.input, "token": token,
+        "text": token.map(|t| token_text(tok, t)), "logits_top": top,
+    })
+}
+
+fn step_json(s: &TraceStep, tok: &Tokenizer) -> Value {
+    let mut v = step_summary_json(s, tok);
+    v["nodes"] = Value::Array(s.nodes.iter().map(NodeTrace::to_json).collect());
+    v
+}
+
+/// The `k` largest logits, best first (ties: lower id first; NaN never ranks).
+pub fn top_logits(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut top: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !v.is_nan())
+        .map(|(i, &v)| (i as u32, v))
+        .collect();
+    let by_rank = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if top.len() > k {
+        top.select_nth_unstable_by(k, by_rank);
+        top.truncate(k);
+    }
+    top.sort_by(by_rank);
+    top
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_logits_are_the_largest_best_first() {
+        let l = [0.5, 3.0, f32::NAN, -1.0, 3.0, 2.0];
+        assert_eq!(top_logits(&l, 3), vec![(1, 3.0), (4, 3.0), (5, 2.0)]);
+        assert_eq!(top_logits(&l, 10).len(), 5);
+    }
+}
