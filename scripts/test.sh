@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# The whole test suite: fetches the test models, the server tests' Python client, tmux and
-# graphviz if missing (idempotent), then runs every test in release mode. Usage: scripts/test.sh [extra cargo test args]
+# The whole test suite: fetches the test models, the server tests' Python client, tmux,
+# graphviz, chromium and playwright-core if missing (idempotent), then runs every test in release mode. Usage: scripts/test.sh [extra cargo test args]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/fetch_models.sh all
-# tests/cli_chat.rs drives `minfer chat` in a real terminal through tmux.
-if ! command -v tmux >/dev/null; then
-  echo "test.sh: installing tmux (Debian package) for the terminal test of minfer chat" >&2
+# Debian packages the tests need, installed when COMMAND is missing: apt_need COMMAND PACKAGE WHY
+apt_need() {
+  command -v "$1" >/dev/null && return 0
+  echo "test.sh: installing $2 (Debian package) $3" >&2
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq tmux >/dev/null
-fi
-# tests/graph_export.rs renders the DOT export with Graphviz's dot.
-if ! command -v dot >/dev/null; then
-  echo "test.sh: installing graphviz (Debian package) for the DOT export test" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq graphviz >/dev/null
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "$2" >/dev/null
+}
+apt_need tmux tmux "for the terminal test of minfer chat (tests/cli_chat.rs)"
+apt_need dot graphviz "for the DOT export test (tests/graph_export.rs)"
+apt_need chromium chromium "for the visualizer's browser test (tests/viz_browser.rs)"
+# The browser test drives chromium with playwright-core (never a downloaded browser).
+if [ ! -d tests/browser/node_modules/playwright-core ]; then
+  echo "test.sh: installing playwright-core (npm) for the visualizer's browser test" >&2
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # The server tests drive `minfer serve` with the official openai client, from this venv.
 MINFER_TEST_PYTHON="$(scripts/python_env.sh)"

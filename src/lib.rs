@@ -14,3 +14,4 @@ pub mod quants;
 pub mod server;
 pub mod tokenizer;
 pub mod vec_ops;
+pub mod viz;

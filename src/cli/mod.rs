@@ -14,6 +14,7 @@ mod run;
 mod serve;
 mod template;
 mod tokenize;
+mod viz;
 
 use std::path::PathBuf;
 
@@ -68,6 +69,8 @@ pub enum CliError {
     KvType(String),
     #[error(transparent)]
     Trace(#[from] crate::generate::TraceError),
+    #[error(transparent)]
+    Viz(#[from] crate::viz::VizError),
 }
 
 #[derive(Debug, Parser)]
@@ -178,6 +181,9 @@ pub enum Command {
     /// Serve the OpenAI API over HTTP (/v1/chat/completions, /v1/completions, /v1/models,
     /// /health, /metrics, /tokenize, /detokenize).
     Serve(serve::ServeArgs),
+    /// Serve the graph visualizer: the graph layer by layer, a prompt's per-node values live
+    /// (default http://127.0.0.1:8081/), saved MINFER_TRACE files.
+    Viz(viz::VizArgs),
     /// Measure prompt processing (pp) and generation (tg) speed, as llama-bench does.
     Bench {
         /// The GGUF model file.
@@ -284,6 +290,7 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
             bench::run(&mut out, &model, &args)
         }
         Command::Serve(args) => serve::run(args),
+        Command::Viz(args) => viz::run(args),
         Command::Chat(args) => chat::run(&mut out, &chat::ChatArgs { engine: args.engine.clone().resolved(), ..args }),
         Command::Logits { model, ids, from, top, engine } => {
             let ids = parse_ids(&ids)?;

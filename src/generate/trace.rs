@@ -51,14 +51,19 @@ impl TraceOptions {
         let Some(path) = std::env::var_os("MINFER_TRACE").filter(|p| !p.is_empty()) else {
             return Ok(None);
         };
-        let max_values = match std::env::var("MINFER_TRACE_VALUES") {
-            Err(_) => DEFAULT_TRACE_VALUES,
+        Ok(Some(TraceOptions { path: path.into(), max_values: TraceOptions::values_from_env()? }))
+    }
+
+    /// `MINFER_TRACE_VALUES`, else [`DEFAULT_TRACE_VALUES`]; not a number of at least 1 is an
+    /// error.
+    pub fn values_from_env() -> Result<usize, TraceError> {
+        match std::env::var("MINFER_TRACE_VALUES") {
+            Err(_) => Ok(DEFAULT_TRACE_VALUES),
             Ok(v) => match v.trim().parse::<usize>() {
-                Ok(n) if n >= 1 => n,
-                _ => return Err(TraceError::BadValues { value: v }),
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err(TraceError::BadValues { value: v }),
             },
-        };
-        Ok(Some(TraceOptions { path: path.into(), max_values }))
+        }
     }
 
     /// Creates (truncates) the trace file: a run that could not save its trace fails before it

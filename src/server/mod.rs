@@ -31,13 +31,18 @@ pub use state::{AppState, ServeConfig};
 
 /// Runs the server until Ctrl-C / SIGTERM, or until the model fails to load.
 pub fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    http_runtime("minfer-http")?.block_on(run(cfg))
+}
+
+/// The async runtime of an HTTP front end (`serve`, `viz`): two threads, since inference runs on
+/// its own threads.
+pub(crate) fn http_runtime(thread_name: &str) -> Result<tokio::runtime::Runtime, ServeError> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .thread_name("minfer-http")
+        .thread_name(thread_name)
         .enable_all()
         .build()
-        .map_err(ServeError::Runtime)?;
-    rt.block_on(run(cfg))
+        .map_err(ServeError::Runtime)
 }
 
 async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
@@ -92,7 +97,8 @@ async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     }
 }
 
-async fn shutdown_signal() {
+/// Ctrl-C or SIGTERM (`minfer viz` shares it).
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -1,0 +1,65 @@
+//! `minfer viz`: the graph visualizer's server.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::CliError;
+use crate::generate::{TraceOptions, default_threads};
+use crate::graph::KvType;
+use crate::viz::{VizConfig, viz};
+
+#[derive(Debug, Clone, Args)]
+pub struct VizArgs {
+    /// The GGUF model file.
+    #[arg(short, long)]
+    pub model: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 picks a free one; the address is printed on stderr).
+    #[arg(long, default_value_t = 8081)]
+    pub port: u16,
+    /// Worker threads of the forward passes (default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Context in tokens: the longest prompt plus generation of a run.
+    #[arg(long = "ctx", default_value_t = 2048, value_parser = clap::value_parser!(u32).range(2..))]
+    pub ctx: u32,
+    /// Backends allowed to run nodes, comma-separated (cpu, metal, cuda).
+    #[arg(long = "backend")]
+    pub backend: Option<String>,
+    /// KV cache storage: f32 (default), f16 or q8_0. Default: MINFER_CACHE_TYPE.
+    #[arg(long = "cache-type")]
+    pub cache_type: Option<String>,
+    /// Saved traces (MINFER_TRACE files) the page can open. Default: MINFER_VIZ_DIR.
+    #[arg(long = "trace-dir")]
+    pub trace_dir: Option<PathBuf>,
+    /// Values sampled per node and step. Default: MINFER_TRACE_VALUES, else 64.
+    #[arg(long = "values", value_parser = clap::value_parser!(u32).range(1..))]
+    pub values: Option<u32>,
+}
+
+pub fn run(a: VizArgs) -> Result<(), CliError> {
+    let kv_type = match &a.cache_type {
+        Some(s) => KvType::parse(s).map_err(|e| CliError::KvType(e.to_string()))?,
+        None => KvType::from_env().map_err(|e| CliError::KvType(e.to_string()))?.unwrap_or_default(),
+    };
+    let max_values = match a.values {
+        Some(v) => v as usize,
+        None => TraceOptions::values_from_env()?,
+    };
+    let trace_dir = a.trace_dir.or_else(|| std::env::var_os("MINFER_VIZ_DIR").filter(|d| !d.is_empty()).map(PathBuf::from));
+    let cfg = VizConfig {
+        model: a.model,
+        host: a.host,
+        port: a.port,
+        threads: a.threads.unwrap_or_else(default_threads).max(1),
+        n_ctx: a.ctx as usize,
+        backends: a.backend,
+        kv_type,
+        max_values,
+        trace_dir,
+    };
+    Ok(viz(cfg)?)
+}

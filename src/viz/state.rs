@@ -1,0 +1,171 @@
+//! What the visualizer's handlers share: settings, the model and its one engine, the event
+//! channel every page subscribes to, and the last finished trace.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use super::VizError;
+use crate::server::ServeError;
+use crate::chat::ChatTemplate;
+use crate::generate::{Engine, EngineParams};
+use crate::gguf::GgufFile;
+use crate::graph::KvType;
+use crate::models::load_model;
+use crate::tokenizer::Tokenizer;
+
+/// `minfer viz`'s settings.
+#[derive(Debug, Clone)]
+pub struct VizConfig {
+    pub model: PathBuf,
+    pub host: String,
+    pub port: u16,
+    pub threads: usize,
+    /// KV rows: the longest prompt + generation a run may have.
+    pub n_ctx: usize,
+    pub backends: Option<String>,
+    pub kv_type: KvType,
+    /// Samples kept per node.
+    pub max_values: usize,
+    /// Saved traces the page can open (`GET /viz/samples`); `MINFER_VIZ_DIR` by default.
+    pub trace_dir: Option<PathBuf>,
+}
+
+/// Most tokens one run may generate.
+pub const MAX_RUN_TOKENS: usize = 512;
+
+/// Events a subscriber may fall behind by before it is told it missed some (`lagged`). A
+/// decode step of a 24-layer model is about 370 node events.
+const EVENT_BACKLOG: usize = 1 << 16;
+
+/// One server-sent event: its name and JSON data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub event: &'static str,
+    pub data: String,
+}
+
+impl Frame {
+    pub fn new(event: &'static str, data: &Value) -> Arc<Frame> {
+        Arc::new(Frame { event, data: data.to_string() })
+    }
+}
+
+pub struct VizState {
+    pub cfg: VizConfig,
+    /// `general.name`, else the architecture.
+    pub model_name: String,
+    pub tok: Arc<Tokenizer>,
+    /// `None` when the model has no chat template (a `chat` run is then refused).
+    pub template: Option<ChatTemplate>,
+    engine: Mutex<Engine>,
+    events: broadcast::Sender<Arc<Frame>>,
+    busy: AtomicBool,
+    cancel: AtomicBool,
+    run_seq: AtomicU64,
+    /// The last finished run's trace (a `minfer-trace` document), serialized.
+    last_trace: Mutex<Option<Arc<String>>>,
+}
+
+/// `lock`, also after a panic elsewhere (the data is replaced wholesale or only read).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl VizState {
+    /// Opens the model and builds its engine.
+    pub fn load(cfg: VizConfig) -> Result<Arc<VizState>, VizError> {
+        let fail = |reason: String| VizError::from(ServeError::Load { path: cfg.model.display().to_string(), reason });
+        let file = GgufFile::open(&cfg.model).map_err(|e| fail(e.to_string()))?;
+        let tok = Tokenizer::from_gguf(&file).map_err(|e| fail(e.to_string()))?;
+        let template = file
+            .opt_str("tokenizer.chat_template")
+            .ok()
+            .flatten()
+            .and_then(|src| ChatTemplate::new("tokenizer.chat_template", src).ok());
+        let model = Arc::new(load_model(Arc::new(file)).map_err(|e| fail(e.to_string()))?);
+        let p = EngineParams {
+            n_ctx: cfg.n_ctx,
+            n_threads: cfg.threads,
+            backends: cfg.backends.clone(),
+            trace: false,
+            dump: None,
+            kv_type: cfg.kv_type,
+        };
+        let engine = Engine::new(model.clone(), &p).map_err(|e| fail(e.to_string()))?;
+        let (events, _) = broadcast::channel(EVENT_BACKLOG);
+        Ok(Arc::new(VizState {
+            model_name: model.display_name(),
+            cfg,
+            tok: Arc::new(tok),
+            template,
+            engine: Mutex::new(engine),
+            events,
+            busy: AtomicBool::new(false),
+            cancel: AtomicBool::new(false),
+            run_seq: AtomicU64::new(0),
+            last_trace: Mutex::new(None),
+        }))
+    }
+
+    pub fn engine(&self) -> MutexGuard<'_, Engine> {
+        lock(&self.engine)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Frame>> {
+        self.events.subscribe()
+    }
+
+    /// Sends to every page listening (nobody listening is fine).
+    pub fn send(&self, frame: Arc<Frame>) {
+        let _ = self.events.send(frame);
+    }
+
+    pub fn sender(&self) -> broadcast::Sender<Arc<Frame>> {
+        self.events.clone()
+    }
+
+    /// Claims the engine for a new run; `None` while another run holds it.
+    pub fn try_start(self: &Arc<Self>) -> Option<RunGuard> {
+        self.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).ok()?;
+        self.cancel.store(false, Ordering::Release);
+        Some(RunGuard { st: self.clone(), id: self.run_seq.fetch_add(1, Ordering::AcqRel) + 1 })
+    }
+
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::Acquire)
+    }
+
+    /// Asks the run in progress to stop after its current forward pass; false when none runs.
+    pub fn request_stop(&self) -> bool {
+        self.cancel.store(true, Ordering::Release);
+        self.busy()
+    }
+
+    pub fn stop_requested(&self) -> bool {
+        self.cancel.load(Ordering::Acquire)
+    }
+
+    pub fn set_last_trace(&self, trace: String) {
+        *lock(&self.last_trace) = Some(Arc::new(trace));
+    }
+
+    pub fn last_trace(&self) -> Option<Arc<String>> {
+        lock(&self.last_trace).clone()
+    }
+}
+
+/// The claim on the engine for one run; dropping it (also by a panic) frees the engine.
+pub struct RunGuard {
+    pub st: Arc<VizState>,
+    pub id: u64,
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        self.st.busy.store(false, Ordering::Release);
+    }
+}
