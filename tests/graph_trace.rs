@@ -82,7 +82,7 @@ fn trace_capture_leaves_the_logits_bit_identical() {
             assert_eq!(step.logits_top[0].1, best, "{name}");
             assert_eq!(Some(step.logits_top[0].0), argmax(logits), "{name}");
         }
-        // Every live node that is not a KV region or an input has data in a decode step.
+        // Every live node but the KV regions (inputs included) has data in a decode step.
         let decode = rec.phases().last().unwrap();
         let live_computed = graph
             .nodes

@@ -106,7 +106,7 @@ fn a_run_streams_its_nodes_in_order_and_equals_the_finished_trace() {
     let (status, _, v) = request(port, "POST", "/viz/run", r#"{"prompt": "Hello there", "max_tokens": 4}"#);
     assert_eq!(status, 202, "{v}");
     let run = v["run"].clone();
-    let evs = read_events(&mut events, &["done", "error"]);
+    let evs = read_events(&mut events, &["done", "run_error"]);
     let names: Vec<&str> = evs.iter().map(|(e, _)| e.as_str()).collect();
     assert_eq!(names.last(), Some(&"done"), "{names:?}");
     assert!(evs.iter().skip_while(|(e, _)| e == "hello").all(|(_, d)| d["run"] == run), "every event names the run");
@@ -163,6 +163,9 @@ fn bad_requests_are_json_errors_naming_the_problem() {
     assert_eq!(request(port, "GET", "/viz/graph", "").0, 409);
     assert_eq!(request(port, "POST", "/viz/stop", "").2, json!({"stopping": true}));
     assert_eq!(request(port, "GET", "/viz/info", "").2["busy"], true);
+    // A page that connects now learns which run is going on.
+    let hello = read_events(&mut BufReader::new(send(port, "GET", "/viz/events", "")), &["hello"]);
+    assert_eq!((hello[0].1["busy"].clone(), hello[0].1["run"].clone()), (json!(true), json!(guard.id)));
     drop(guard);
     assert_eq!(request(port, "POST", "/viz/stop", "").2, json!({"stopping": false}));
     let (status, _, v) = request(port, "POST", "/viz/run", r#"{"prompt": "a", "max_tokens": 1}"#);
@@ -188,7 +191,8 @@ fn saved_traces_are_listed_and_confined_to_their_directory() {
     assert!(status == 422 && error_message(&v).contains("not a minfer-trace"), "{v}");
     let escape = format!("/viz/samples/..%2F{}", outside.file_name().unwrap().to_str().unwrap());
     for path in [escape.as_str(), "/viz/samples/sub%2Fc.json", "/viz/samples/notes.txt"] {
-        assert_eq!(request(port, "GET", path, "").0, 404, "{path}");
+        let (status, _, v) = request(port, "GET", path, "");
+        assert!(status == 404 && error_message(&v).contains("no trace named"), "{path}: the samples route refuses it: {v}");
     }
     let _ = std::fs::remove_file(outside);
 }
@@ -200,9 +204,10 @@ fn startup_errors_are_one_line_and_a_nonzero_exit() {
         (vec!["viz", "-m", "/nonexistent/m.gguf"], "cannot load /nonexistent/m.gguf"),
         (vec!["viz", "-m", tiny.to_str().unwrap(), "--trace-dir", "/nonexistent-dir"], "--trace-dir /nonexistent-dir: not a directory"),
         (vec!["viz", "-m", tiny.to_str().unwrap(), "--values", "0"], "--values"),
+        (vec!["viz", "-m", tiny.to_str().unwrap(), "--values", "4097"], "--values"),
         (vec!["viz", "-m", tiny.to_str().unwrap(), "--host", "256.0.0.1"], "cannot listen on 256.0.0.1"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_minfer")).args(&args).output().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_minfer")).args(&args).env_remove("MINFER_TRACE").env_remove("MINFER_TRACE_VALUES").output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");

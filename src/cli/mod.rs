@@ -260,6 +260,10 @@ fn parse_ids(s: &str) -> Result<Vec<u32>, CliError> {
 
 pub fn run_cli(cli: Cli) -> Result<(), CliError> {
     let mut out = Out::stdout();
+    // Only `run` records traces (`viz` streams its own); say so rather than ignore it silently.
+    if std::env::var_os("MINFER_TRACE").is_some_and(|v| !v.is_empty()) && !matches!(cli.command, Command::Run { .. }) {
+        eprintln!("minfer: warning: MINFER_TRACE is recorded by `minfer run` only; this command ignores it");
+    }
     let r = match cli.command {
         Command::Info { model, json, tensors } => info::run(&mut out, &model, json, tensors),
         Command::Tokenize { model, special, json, text } => tokenize::run(&mut out, &model, &text, special, json),

@@ -99,13 +99,13 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
     // The trace is written even when generation failed: it shows what ran up to the failure.
     let mut trace_note = None;
     if let (Some((file, t)), Some(rec)) = (trace, engine.take_tracer()) {
-        rec.write(file, &t.path, &engine.model().display_name(), &text, &tok)?;
         let steps: usize = rec.phases().iter().map(|p| p.steps.len()).sum();
-        trace_note = Some(format!(
-            "minfer: trace of {steps} evaluations in {} phases written to {}",
-            rec.phases().len(),
-            t.path.display()
-        ));
+        trace_note = Some(match rec.write(file, &t.path, &engine.model().display_name(), &text, &tok) {
+            Ok(()) => format!("minfer: trace of {steps} evaluations in {} phases written to {}", rec.phases().len(), t.path.display()),
+            // Generation's own error, if any, is the one reported; this one is said too.
+            Err(e) if g.is_err() => format!("minfer: also: {e}"),
+            Err(e) => return Err(e.into()),
+        });
     }
     let g = g.inspect_err(|_| trace_note.iter().for_each(|n| eprintln!("{n}")))?;
     if json {

@@ -9,6 +9,9 @@ use crate::generate::{TraceOptions, default_threads};
 use crate::graph::KvType;
 use crate::viz::{VizConfig, viz};
 
+/// Most samples per node the page is sent.
+const MAX_VIZ_VALUES: usize = 4096;
+
 #[derive(Debug, Clone, Args)]
 pub struct VizArgs {
     /// The GGUF model file.
@@ -35,8 +38,8 @@ pub struct VizArgs {
     /// Saved traces (MINFER_TRACE files) the page can open. Default: MINFER_VIZ_DIR.
     #[arg(long = "trace-dir")]
     pub trace_dir: Option<PathBuf>,
-    /// Values sampled per node and step. Default: MINFER_TRACE_VALUES, else 64.
-    #[arg(long = "values", value_parser = clap::value_parser!(u32).range(1..))]
+    /// Values sampled per node and step (1 to 4096). Default: MINFER_TRACE_VALUES, else 64.
+    #[arg(long = "values", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub values: Option<u32>,
 }
 
@@ -49,6 +52,9 @@ pub fn run(a: VizArgs) -> Result<(), CliError> {
         Some(v) => v as usize,
         None => TraceOptions::values_from_env()?,
     };
+    if max_values > MAX_VIZ_VALUES {
+        return Err(CliError::Usage("MINFER_TRACE_VALUES is above 4096: viz sends every sample to the browser (use --values N, N <= 4096)"));
+    }
     let trace_dir = a.trace_dir.or_else(|| std::env::var_os("MINFER_VIZ_DIR").filter(|d| !d.is_empty()).map(PathBuf::from));
     let cfg = VizConfig {
         model: a.model,

@@ -394,17 +394,24 @@ impl Engine {
                 self.pool.install(|| observed_execute(cache, sched, dump, tracer, (n_past, nt, n_out)))
             }
         };
-        if let Err(e) = executed {
-            if let Some(t) = self.tracer.as_mut() {
-                t.abort_step();
+        let read = executed.and_then(|()| {
+            let (_, alloc) = self.cache.current().ok_or(GraphError::NoGraph)?;
+            Ok(alloc.copy_to_cpu(out)?)
+        });
+        // The trace's open step ends either way: with the logits, or dropped with the error.
+        let logits = match (read, self.tracer.as_mut()) {
+            (Ok(logits), Some(t)) => {
+                t.end_step(&logits[logits.len().saturating_sub(n_vocab)..]);
+                logits
             }
-            return Err(e);
-        }
-        let (_, alloc) = self.cache.current().ok_or(GraphError::NoGraph)?;
-        let logits = alloc.copy_to_cpu(out)?;
-        if let Some(t) = self.tracer.as_mut() {
-            t.end_step(&logits[logits.len().saturating_sub(n_vocab)..]);
-        }
+            (Ok(logits), None) => logits,
+            (Err(e), t) => {
+                if let Some(t) = t {
+                    t.abort_step();
+                }
+                return Err(e);
+            }
+        };
         self.tokens.extend_from_slice(tokens);
         self.cell_pos.extend_from_slice(&positions);
         Ok(logits)

@@ -17,6 +17,7 @@
 //!
 //! A sink sees the same data as it is captured ([`TraceEvent`]); `minfer viz` streams it.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -225,30 +226,62 @@ impl TraceRecorder {
         Some((phase, step))
     }
 
-    /// The trace document (module docs); token texts come from `tok`.
-    pub fn to_json(&self, model: &str, prompt: &str, tok: &Tokenizer) -> Value {
-        let phases: Vec<Value> = self
-            .phases
-            .iter()
-            .map(|p| {
-                let steps: Vec<Value> = p.steps.iter().map(|s| step_json(s, tok)).collect();
-                json!({ "kind": p.kind(), "graph": p.graph, "steps": steps })
-            })
-            .collect();
-        json!({
+    /// Writes the trace document (module docs; token texts from `tok`) to `w`, one node at a
+    /// time: a long trace is never held as one JSON value.
+    pub fn write_json(&self, w: &mut dyn Write, model: &str, prompt: &str, tok: &Tokenizer) -> std::io::Result<()> {
+        let head = json!({
             "format": TRACE_FORMAT, "version": TRACE_VERSION, "model": model, "prompt": prompt,
-            "max_values": self.max_values, "phases": phases,
-        })
+            "max_values": self.max_values,
+        });
+        write_open_object(w, &head)?;
+        w.write_all(b",\"phases\":[")?;
+        for (i, p) in self.phases.iter().enumerate() {
+            if i > 0 {
+                w.write_all(b",")?;
+            }
+            write_open_object(w, &json!({ "kind": p.kind(), "graph": p.graph }))?;
+            w.write_all(b",\"steps\":[")?;
+            for (j, s) in p.steps.iter().enumerate() {
+                if j > 0 {
+                    w.write_all(b",")?;
+                }
+                write_open_object(w, &step_summary_json(s, tok))?;
+                w.write_all(b",\"nodes\":[")?;
+                for (k, n) in s.nodes.iter().enumerate() {
+                    if k > 0 {
+                        w.write_all(b",")?;
+                    }
+                    serde_json::to_writer(&mut *w, &n.to_json())?;
+                }
+                w.write_all(b"]}")?;
+            }
+            w.write_all(b"]}")?;
+        }
+        w.write_all(b"]}")
     }
 
-    /// Writes [`to_json`](Self::to_json) to `file` (opened by [`TraceOptions::create`]; `path`
-    /// names it in errors).
+    /// [`write_json`](Self::write_json) into memory.
+    pub fn to_json_bytes(&self, model: &str, prompt: &str, tok: &Tokenizer) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Writing into a Vec cannot fail.
+        let _ = self.write_json(&mut out, model, prompt, tok);
+        out
+    }
+
+    /// Writes [`write_json`](Self::write_json) to `file` (opened by [`TraceOptions::create`];
+    /// `path` names it in errors).
     pub fn write(&self, file: std::fs::File, path: &Path, model: &str, prompt: &str, tok: &Tokenizer) -> Result<(), TraceError> {
         let err = |source| TraceError::Write { path: path.to_path_buf(), source };
         let mut w = std::io::BufWriter::new(file);
-        serde_json::to_writer(&mut w, &self.to_json(model, prompt, tok)).map_err(|e| err(e.into()))?;
-        std::io::Write::flush(&mut w).map_err(err)
+        self.write_json(&mut w, model, prompt, tok).map_err(err)?;
+        w.flush().map_err(err)
     }
+}
+
+/// Writes a JSON object without its closing brace, so that more members can follow.
+fn write_open_object(w: &mut dyn Write, obj: &Value) -> std::io::Result<()> {
+    let text = obj.to_string();
+    w.write_all(text.strip_suffix('}').unwrap_or(&text).as_bytes())
 }
 
 /// A token's text with special tokens rendered; invalid UTF-8 (a partial character) replaced.
@@ -268,12 +301,6 @@ pub fn step_summary_json(s: &TraceStep, tok: &Tokenizer) -> Value {
         "n_past": s.n_past, "input": s.input, "token": token,
         "text": token.map(|t| token_text(tok, t)), "logits_top": top,
     })
-}
-
-fn step_json(s: &TraceStep, tok: &Tokenizer) -> Value {
-    let mut v = step_summary_json(s, tok);
-    v["nodes"] = Value::Array(s.nodes.iter().map(NodeTrace::to_json).collect());
-    v
 }
 
 /// The `k` largest logits, best first (ties: lower id first; NaN never ranks).

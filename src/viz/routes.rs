@@ -34,6 +34,9 @@ const PAGE: &str = include_str!("page.html");
 const SCRIPT: &str = include_str!("viz.js");
 const STYLE: &str = include_str!("viz.css");
 
+/// `GET /viz/graph` during a run.
+const BUSY_GRAPH: &str = "a run is in progress; its graphs arrive as `phase` events";
+
 /// Largest `POST /viz/run` body.
 const BODY_LIMIT: usize = 1 << 20;
 
@@ -64,8 +67,8 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body).into_response()
 }
 
-fn json_text(body: String) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+fn json_text(body: impl Into<axum::body::Body>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body.into()).into_response()
 }
 
 async fn page() -> Response {
@@ -89,24 +92,26 @@ async fn graph(State(st): State<Arc<VizState>>, Query(q): Query<Vec<(String, Str
             _ => return error(StatusCode::BAD_REQUEST, format!("unknown parameter {k:?} (expected n_tokens)")),
         }
     }
-    // The engine is held by a run for its whole length: do not wait behind one.
+    // The engine is held by a run for its whole length: do not wait behind one (a run claimed
+    // but not started yet counts as one too).
     if st.busy() {
-        return error(StatusCode::CONFLICT, "a run is in progress; its graphs arrive as `phase` events".into());
+        return error(StatusCode::CONFLICT, BUSY_GRAPH.into());
     }
     let built = tokio::task::spawn_blocking(move || {
-        let engine = st.engine();
-        engine.preview_graph(n_tokens, 1).map(|(g, p)| g.export_json(Some(&p), Some(&st.model_name)).to_string())
+        let engine = st.try_engine()?;
+        Some(engine.preview_graph(n_tokens, 1).map(|(g, p)| g.export_json(Some(&p), Some(&st.model_name)).to_string()))
     });
     match built.await {
-        Ok(Ok(body)) => json_text(body),
-        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Ok(None) => error(StatusCode::CONFLICT, BUSY_GRAPH.into()),
+        Ok(Some(Ok(body))) => json_text(body),
+        Ok(Some(Err(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("building the graph failed: {e}")),
     }
 }
 
 async fn events(State(st): State<Arc<VizState>>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let rx = st.subscribe();
-    let hello = Frame::new("hello", &json!({ "model": st.model_name, "busy": st.busy() }));
+    let hello = Frame::new("hello", &json!({ "model": st.model_name, "busy": st.busy(), "run": st.current_run() }));
     let stream = futures_util::stream::unfold((Some(hello), rx), |(first, mut rx)| async move {
         if let Some(f) = first {
             return Some((sse(&f), (None, rx)));
@@ -149,7 +154,7 @@ async fn stop(State(st): State<Arc<VizState>>) -> Response {
 
 async fn trace(State(st): State<Arc<VizState>>) -> Response {
     match st.last_trace() {
-        Some(t) => json_text(t.as_str().to_owned()),
+        Some(t) => json_text(t),
         None => error(StatusCode::NOT_FOUND, "no run has finished yet".into()),
     }
 }

@@ -5,7 +5,7 @@
 //! `run` {prompt, prompt_ids, max_tokens} → per phase `phase` {phase, kind, graph} → per
 //! evaluation `step` {phase, step, n_past, input, token, text}, one `node` {phase, step, node}
 //! per captured node, `step_end` {phase, step, logits_top} → `text` {text} as the output grows →
-//! `done` {stop, text, generated_ids, ...} or `error` {message}.
+//! `done` {stop, text, generated_ids, ...} or `run_error` {message}.
 
 use std::sync::Arc;
 
@@ -143,17 +143,16 @@ fn stop_name(s: StopReason) -> &'static str {
 }
 
 /// Runs `p` to the end on the calling (blocking) thread, sending its events; the trace is kept
-/// as the last trace. Ends with a `done` or an `error` event.
+/// as the last trace. Ends with a `done` or a `run_error` event, also when generation panics.
 pub fn run_blocking(guard: RunGuard, p: PreparedRun) {
     let (st, run) = (guard.st.clone(), guard.id);
-    let outcome = generate(&st, run, &p);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| generate(&st, run, &p)))
+        .unwrap_or_else(|panic| Err(format!("the run panicked: {}", crate::server::slot::panic_text(&*panic))));
     let frame = match outcome {
         Ok(done) => Frame::new("done", &done),
-        Err(message) => Frame::new("error", &json!({ "run": run, "message": message })),
+        Err(message) => Frame::new("run_error", &json!({ "run": run, "message": message })),
     };
-    // Free the engine first: a client that sees `done` may start the next run at once.
-    drop(guard);
-    st.send(frame);
+    guard.finish(frame);
 }
 
 fn generate(st: &VizState, run: u64, p: &PreparedRun) -> Result<Value, String> {
@@ -193,7 +192,7 @@ fn generate(st: &VizState, run: u64, p: &PreparedRun) -> Result<Value, String> {
     })();
     // The trace is kept even when the run failed: it shows what ran up to the failure.
     if let Some(rec) = engine.take_tracer() {
-        st.set_last_trace(rec.to_json(&st.model_name, &p.text, &st.tok).to_string());
+        st.set_last_trace(rec.to_json_bytes(&st.model_name, &p.text, &st.tok));
     }
     let (g, stopped) = outcome?;
     Ok(json!({

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use axum::body::Bytes;
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -66,8 +67,13 @@ pub struct VizState {
     busy: AtomicBool,
     cancel: AtomicBool,
     run_seq: AtomicU64,
+    /// The id of the run holding the engine (0: none).
+    current: AtomicU64,
+    /// Held while a run is claimed and while a run ends (engine freed, `done` sent), so that a
+    /// run's last event precedes the next run's first.
+    gate: Mutex<()>,
     /// The last finished run's trace (a `minfer-trace` document), serialized.
-    last_trace: Mutex<Option<Arc<String>>>,
+    last_trace: Mutex<Option<Bytes>>,
 }
 
 /// `lock`, also after a panic elsewhere (the data is replaced wholesale or only read).
@@ -107,12 +113,23 @@ impl VizState {
             busy: AtomicBool::new(false),
             cancel: AtomicBool::new(false),
             run_seq: AtomicU64::new(0),
+            current: AtomicU64::new(0),
+            gate: Mutex::new(()),
             last_trace: Mutex::new(None),
         }))
     }
 
     pub fn engine(&self) -> MutexGuard<'_, Engine> {
         lock(&self.engine)
+    }
+
+    /// The engine if no run holds it.
+    pub fn try_engine(&self) -> Option<MutexGuard<'_, Engine>> {
+        match self.engine.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Frame>> {
@@ -130,13 +147,21 @@ impl VizState {
 
     /// Claims the engine for a new run; `None` while another run holds it.
     pub fn try_start(self: &Arc<Self>) -> Option<RunGuard> {
+        let _gate = lock(&self.gate);
         self.busy.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).ok()?;
         self.cancel.store(false, Ordering::Release);
-        Some(RunGuard { st: self.clone(), id: self.run_seq.fetch_add(1, Ordering::AcqRel) + 1 })
+        let id = self.run_seq.fetch_add(1, Ordering::AcqRel) + 1;
+        self.current.store(id, Ordering::Release);
+        Some(RunGuard { st: self.clone(), id, ended: false })
     }
 
     pub fn busy(&self) -> bool {
         self.busy.load(Ordering::Acquire)
+    }
+
+    /// The run holding the engine, if any.
+    pub fn current_run(&self) -> Option<u64> {
+        Some(self.current.load(Ordering::Acquire)).filter(|&id| id != 0 && self.busy())
     }
 
     /// Asks the run in progress to stop after its current forward pass; false when none runs.
@@ -149,23 +174,45 @@ impl VizState {
         self.cancel.load(Ordering::Acquire)
     }
 
-    pub fn set_last_trace(&self, trace: String) {
-        *lock(&self.last_trace) = Some(Arc::new(trace));
+    pub fn set_last_trace(&self, trace: Vec<u8>) {
+        *lock(&self.last_trace) = Some(Bytes::from(trace));
     }
 
-    pub fn last_trace(&self) -> Option<Arc<String>> {
+    /// Shared, not copied.
+    pub fn last_trace(&self) -> Option<Bytes> {
         lock(&self.last_trace).clone()
     }
 }
 
-/// The claim on the engine for one run; dropping it (also by a panic) frees the engine.
+/// The claim on the engine for one run; [`RunGuard::finish`] (or a drop, after a panic) frees
+/// the engine.
 pub struct RunGuard {
     pub st: Arc<VizState>,
     pub id: u64,
+    ended: bool,
+}
+
+impl RunGuard {
+    /// Frees the engine and sends the run's last event, before any other run can claim it: a
+    /// client that sees the event finds the engine free, and the next run's events follow it.
+    pub fn finish(mut self, last: Arc<Frame>) {
+        let st = self.st.clone();
+        let _gate = lock(&st.gate);
+        self.release();
+        st.send(last);
+    }
+
+    fn release(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            self.st.current.store(0, Ordering::Release);
+            self.st.busy.store(false, Ordering::Release);
+        }
+    }
 }
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
-        self.st.busy.store(false, Ordering::Release);
+        self.release();
     }
 }

@@ -21,8 +21,10 @@ const S = {
   bands: [],          // [{key, label, ids, el, summary}]
   collapsed: new Set(),
   selected: null,     // node name (names carry the layer, so they survive phase changes)
-  run: null,
-  lagged: false,
+  run: null,          // the live run shown, by id; null when showing a loaded trace
+  lagged: false,      // events of this run were missed: reload /viz/trace when it ends
+  connected: false,   // the event stream said hello
+  nan: { count: 0, first: null }, // nodes with NaN/Inf over all steps, and the first
   output: "",
 };
 window.vizState = S; // for tests and the console
@@ -71,28 +73,48 @@ function reflatten() {
   r.max = Math.max(0, S.flat.length - 1);
 }
 
+/** A trace's phases, checked: every phase has a graph with nodes and a list of steps; node
+ *  data for ids the graph does not have is dropped. Throws on what cannot be shown. */
+function phasesOf(t) {
+  return t.phases.map((p, i) => {
+    if (!p || !p.graph || !Array.isArray(p.graph.nodes) || !Array.isArray(p.steps)) throw new Error(`phase ${i} has no graph or no steps`);
+    const n = p.graph.nodes.length;
+    const steps = p.steps.map((s) => ({ ...s, input: s.input || [], nodes: (s.nodes || []).filter((x) => x && Number.isInteger(x.id) && x.id >= 0 && x.id < n && x.stats) }));
+    return phaseFrom({ ...p, steps });
+  });
+}
+
 /** Shows a whole trace document (a file, a saved sample, /viz/trace). */
 function loadTrace(t, origin) {
-  if (!t || t.format !== "minfer-trace" || !Array.isArray(t.phases)) {
-    setStatus("error", `${origin}: not a minfer-trace document`);
+  let phases;
+  try {
+    if (!t || t.format !== "minfer-trace" || !Array.isArray(t.phases)) throw new Error("not a minfer-trace document");
+    phases = phasesOf(t);
+  } catch (e) {
+    setStatus("error", `${origin}: ${e.message}`);
     return;
   }
+  S.run = null;
   S.model = t.model;
   $("model").textContent = t.model;
-  S.phases = t.phases.map(phaseFrom);
+  S.phases = phases;
   S.output = "";
   $("output").textContent = t.prompt ? `prompt: ${t.prompt}` : "";
   reflatten();
+  scanNan();
   S.follow = false;
   const steps = S.flat.length;
   setStatus("done", `${origin}: ${steps} step${steps === 1 ? "" : "s"}`);
-  goto(0);
+  S.cur = steps ? 0 : -1;
+  if (!steps && S.phases.length) draw(S.phases[0].graph);
+  paint();
 }
 
 /** Shows a graph with no data yet (before the first run). */
 function loadGraph(g) {
   S.phases = [{ kind: g.kind, graph: g, steps: [] }];
   reflatten();
+  scanNan();
   S.cur = -1;
   draw(g);
   paint();
@@ -285,21 +307,27 @@ function goto(i) {
   paint();
 }
 
-/** Every node with NaN or Inf, in any step: the banner names the first and jumps to it. */
+/** Counts the nodes with NaN or Inf over every step, remembering the first. */
+function scanNan() {
+  S.nan = { count: 0, first: null };
+  S.flat.forEach(([pi, si]) => { for (const t of S.phases[pi].steps[si].nodes.values()) noteNan(pi, si, t); });
+}
+
+function noteNan(pi, si, t) {
+  if (!bad(t)) return;
+  S.nan.count++;
+  const fi = S.flat.findIndex(([a, b]) => a === pi && b === si);
+  if (!S.nan.first || fi < S.nan.first.fi) S.nan.first = { fi, name: S.phases[pi].graph.nodes[t.id].name };
+}
+
+/** The banner: how many node outputs have NaN or Inf, the first of them, a jump to it. */
 function paintNanBanner() {
   const b = $("nan-banner");
-  let first = null, count = 0;
-  S.flat.forEach(([pi, si], fi) => {
-    for (const t of S.phases[pi].steps[si].nodes.values()) {
-      if (!bad(t)) continue;
-      count++;
-      if (!first) first = { fi, name: S.phases[pi].graph.nodes[t.id].name };
-    }
-  });
+  const { count, first } = S.nan;
   b.hidden = count === 0;
   if (!first) return;
   b.replaceChildren(
-    `NaN/Inf in ${count} node output${count === 1 ? "" : "s"}; first: ${first.name} at step ${first.fi + 1}`,
+    `NaN/Inf in ${count} node output${count === 1 ? "" : "s"}; first: ${first.name} at step ${first.fi + 1} `,
     el("button", { type: "button", onclick: () => { goto(first.fi); select(first.name); } }, "show"),
   );
 }
@@ -335,11 +363,12 @@ function histogram(values, stats) {
   const W = 350, H = 90, BINS = 24;
   const svg = el("svg:svg", { width: W, height: H + 16, class: "histogram" });
   if (!nums.length && !nulls) return svg;
-  const lo = Math.min(...nums), hi = Math.max(...nums);
+  let lo = Infinity, hi = -Infinity;
+  for (const v of nums) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
   const counts = new Array(BINS).fill(0);
   for (const v of nums) counts[hi > lo ? Math.min(BINS - 1, Math.floor(((v - lo) / (hi - lo)) * BINS)) : 0]++;
   const bins = nulls ? [...counts, nulls] : counts;
-  const max = Math.max(...bins);
+  const max = bins.reduce((m, c) => Math.max(m, c), 0);
   const bw = W / bins.length;
   bins.forEach((c, i) => {
     const h = (c / max) * H;
@@ -444,9 +473,15 @@ function connect() {
   const es = new EventSource("/viz/events");
   const on = (name, f) => es.addEventListener(name, (e) => f(JSON.parse(e.data)));
   on("hello", (d) => {
+    S.connected = true;
     S.model = d.model;
     $("model").textContent = d.model;
-    if (d.busy) setStatus("running", "a run is in progress");
+    if (d.busy && d.run !== null && S.run === null) {
+      // Joined mid-run: its start was missed; show its trace when it ends.
+      S.run = d.run;
+      S.lagged = true;
+      setStatus("running", "a run is in progress; its trace shows when it ends");
+    }
   });
   on("run", (d) => {
     S.run = d.run;
@@ -455,6 +490,7 @@ function connect() {
     S.cur = -1;
     S.follow = true;
     S.lagged = false;
+    S.nan = { count: 0, first: null };
     S.output = "";
     $("output").textContent = "";
     $("stop").disabled = false;
@@ -480,10 +516,14 @@ function connect() {
     const p = d.run === S.run && S.phases[d.phase];
     const s = p && p.steps[d.step];
     if (!s) return;
+    if (!(d.node.id < p.graph.nodes.length)) return;
     s.nodes.set(d.node.id, d.node);
     const at = S.flat[S.cur];
     if (at && at[0] === d.phase && at[1] === d.step) paintNode(d.node.id, s);
-    if (bad(d.node)) paintNanBanner();
+    if (bad(d.node)) {
+      noteNan(d.phase, d.step, d.node);
+      paintNanBanner();
+    }
   });
   on("step_end", (d) => {
     const p = d.run === S.run && S.phases[d.phase];
@@ -509,13 +549,22 @@ function connect() {
     setStatus("done", `done (${d.stop}): ${d.generated_ids.length} tokens, ${fmt(d.gen_tokens_per_s)} t/s`);
     paint();
   });
-  on("error", (d) => {
+  on("run_error", async (d) => {
     if (d.run !== S.run) return;
     $("stop").disabled = true;
+    // What ran up to the failure is in the run's trace.
+    try { loadTrace(await fetchJson("/viz/trace"), "run"); } catch (e) { /* no trace: keep what arrived */ }
     setStatus("error", `error: ${d.message}`);
   });
   on("lagged", () => { S.lagged = true; });
-  es.onerror = () => { if (S.run !== null && $("status").dataset.state === "running") setStatus("error", "lost the event stream; reconnecting…"); };
+  // The browser's own `error` event: the stream dropped (it reconnects by itself).
+  es.onerror = () => {
+    S.connected = false;
+    if (S.run !== null && $("status").dataset.state === "running") {
+      S.lagged = true;
+      setStatus("running", "lost the event stream; reconnecting…");
+    }
+  };
 }
 
 async function startRun(ev) {
@@ -544,7 +593,8 @@ function init() {
   $("expand-all").addEventListener("click", () => { S.collapsed.clear(); applyCollapse(); });
   $("collapse-all").addEventListener("click", () => { S.bands.forEach((b) => S.collapsed.add(b.key)); applyCollapse(); });
   document.addEventListener("keydown", (e) => {
-    if (e.target.tagName === "INPUT" && e.target.type !== "range") return;
+    // Inputs, lists and the slider handle their own keys.
+    if (["INPUT", "SELECT", "TEXTAREA"].includes(e.target.tagName)) return;
     if (e.key === "ArrowLeft") goto(S.cur - 1);
     if (e.key === "ArrowRight") goto(S.cur + 1);
   });

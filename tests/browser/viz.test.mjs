@@ -1,6 +1,6 @@
 // The visualizer in a real browser: Debian's chromium, driven by playwright-core (never a
-// downloaded browser), against a running `minfer viz`. Run by scripts/browser_test.sh, which
-// sets MINFER_BIN, MODEL and OUT_DIR.
+// downloaded browser), against a running `minfer viz`. Run from tests/viz_browser.rs
+// (`cargo test --release --test viz_browser`), which sets MINFER_BIN, MODEL and OUT_DIR.
 //
 // 1. A 5-token `MINFER_TRACE` file (written by `minfer run`) loads in the page: every graph node
 //    is drawn, five steps can be stepped through, a clicked node shows the file's statistics.
@@ -46,6 +46,8 @@ const poisoned = decode.steps[1].nodes.find((n) => n.id === poisonId);
 poisoned.stats.nan = 3;
 poisoned.values[0] = null;
 writeFileSync(join(traces, "nan.json"), JSON.stringify(nanTrace));
+writeFileSync(join(traces, "empty.json"), JSON.stringify({ format: "minfer-trace", version: 1, model: "m", prompt: "", max_values: 1, phases: [] }));
+writeFileSync(join(traces, "broken.json"), JSON.stringify({ format: "minfer-trace", version: 1, phases: [{ kind: "decode", steps: [] }] }));
 
 // ---- the server ----
 const server = spawn(BIN, ["viz", "-m", MODEL, "--port", "0", "--trace-dir", traces], { stdio: ["ignore", "ignore", "pipe"] });
@@ -90,7 +92,8 @@ try {
   await page.click('#graph .node[data-name="attn_norm-3"]');
   const rmsText = await page.textContent("#details table.stats tr:nth-child(4) td:nth-child(2)");
   const want = cliSteps[1].nodes.find((n) => n.id === trace.phases[1].graph.nodes.find((g) => g.name === "attn_norm-3").id).stats.rms;
-  check(Math.abs(Number(rmsText) - want) <= 1e-3 * Math.abs(want), `the details show the file's rms of attn_norm-3 in step 2 (${rmsText} vs ${want})`);
+  // The page shows 4 decimals (3 significant digits in exponent form below 1e-3).
+  check(Math.abs(Number(rmsText) - want) <= 1e-4 + 1e-3 * Math.abs(want), `the details show the file's rms of attn_norm-3 in step 2 (${rmsText} vs ${want})`);
   check((await count("#details .histogram rect.bar")) > 0, "the details draw a histogram");
   await page.click('.band[data-band="L7"] .band-head');
   check((await count('.band[data-band="L7"].collapsed')) === 1, "a layer collapses");
@@ -100,6 +103,7 @@ try {
   // 2. A live run of the same prompt.
   await page.goto(base);
   await page.waitForSelector("#graph .node", { timeout: 30000 });
+  await page.waitForFunction(() => window.vizState.connected, null, { timeout: 30000 });
   check((await count("#graph .node.has-data")) === 0, "before a run, the graph is drawn without data");
   await page.fill("#prompt", PROMPT);
   await page.fill("#max-tokens", "5");
@@ -135,6 +139,14 @@ try {
   check((await count(`#graph .node.nan[data-name="${poisonName}"]`)) === 1, "the node is drawn red in its step");
   check((await count('.band[data-band="L5"].nan')) === 1, "its layer is marked");
   check((await count("#graph .node.nan")) === 1, "no other node is");
+
+  // 4. Odd files: no steps at all, a phase without its graph.
+  await page.goto(`${base}/?trace=empty.json`);
+  await doneOrError(30000);
+  check((await page.textContent("#status")).includes("0 steps"), `an empty trace loads: ${await page.textContent("#status")}`);
+  await page.goto(`${base}/?trace=broken.json`);
+  await doneOrError(30000);
+  check((await page.textContent("#status")).includes("phase 0 has no graph"), `a phase without a graph is refused: ${await page.textContent("#status")}`);
   check(pageErrors.length === 0, `no script errors (${pageErrors.join("; ")})`);
   console.log(`screenshot: ${shot}`);
 } finally {
