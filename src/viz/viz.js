@@ -328,26 +328,28 @@ function paintNanBanner() {
   if (!first) return;
   b.replaceChildren(
     `NaN/Inf in ${count} node output${count === 1 ? "" : "s"}; first: ${first.name} at step ${first.fi + 1} `,
-    el("button", { type: "button", onclick: () => { goto(first.fi); select(first.name); } }, "show"),
+    el("button", { type: "button", onclick: () => { goto(first.fi); select(first.name, true); } }, "show"),
   );
 }
 
 // ---- details ----
 
-function select(name) {
+/** Selects a node by name; `reveal` also scrolls it into view (a jump from elsewhere). */
+function select(name, reveal) {
   S.selected = name;
   for (const v of S.views.values()) v.g.classList.toggle("selected", v.node.name === name);
   const v = [...S.views.values()].find((x) => x.node.name === name);
   if (v) {
     const band = S.bands.find((b) => b.ids.includes(v.node.id));
     if (band && S.collapsed.has(band.key)) toggle(band.key);
+    if (reveal) v.g.scrollIntoView({ block: "center", inline: "nearest" });
   }
   showDetails();
 }
 
 function nodeLink(graph, id) {
   const n = graph.nodes[id];
-  return el("a", { onclick: () => select(n.name) }, n.name);
+  return el("a", { onclick: () => select(n.name, true) }, n.name);
 }
 
 function rows(table, pairs) {
@@ -446,7 +448,11 @@ function showDetails() {
       ["min", fmt(t.stats.min)], ["max", fmt(t.stats.max)], ["mean", fmt(t.stats.mean)], ["rms", fmt(t.stats.rms)],
       ["NaN", String(t.stats.nan)], ["Inf", String(t.stats.inf)], ["values", `${t.n} (every ${t.stride}${t.stride === 1 ? "st" : "th"} sampled: ${t.values.length})`],
     ]);
-    if (bad(t)) st.querySelectorAll("td").forEach((td) => { if (td.textContent === "NaN" || td.textContent === "Inf") td.nextSibling && td.nextSibling.classList.add("bad"); });
+    // The non-zero NaN / Inf counts in red.
+    st.querySelectorAll("td").forEach((td) => {
+      const value = td.nextSibling;
+      if ((td.textContent === "NaN" || td.textContent === "Inf") && value && value.textContent !== "0") value.classList.add("bad");
+    });
     parts.push(st, el("h3", {}, "histogram of the sampled values"), histogram(t.values, t.stats));
     parts.push(el("h3", {}, "first values"), el("p", { class: "values" }, t.values.slice(0, 12).map((v) => (v === null ? "NaN/Inf" : fmt(v))).join("  ")));
   }
