@@ -33,19 +33,8 @@ fn config(api_key: Option<&str>) -> ServeConfig {
     }
 }
 
-/// Serves `st` on a free port from a background runtime; returns the port.
 fn serve(st: Arc<AppState>) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    listener.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(l, router(st)).await.unwrap();
-        });
-    });
-    port
+    common::serve_app(router(st))
 }
 
 /// One HTTP/1.1 request; returns the status and the body as JSON (or a JSON string).

@@ -30,17 +30,7 @@ fn config(trace_dir: Option<PathBuf>) -> VizConfig {
 }
 
 fn serve(st: Arc<VizState>) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    listener.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::from_std(listener).unwrap();
-            axum::serve(l, router(st)).await.unwrap();
-        });
-    });
-    port
+    common::serve_app(router(st))
 }
 
 fn send(port: u16, method: &str, path: &str, body: &str) -> TcpStream {

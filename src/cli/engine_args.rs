@@ -34,6 +34,16 @@ pub struct EngineArgs {
     pub ubatch: Option<usize>,
 }
 
+/// A `--cache-type` option (`serve` and `viz` have their own): the name given, else
+/// `MINFER_CACHE_TYPE`, else f32; an unknown name is an error.
+pub fn kv_type_arg(cache_type: Option<&str>) -> Result<KvType, CliError> {
+    let t = match cache_type {
+        Some(s) => Some(KvType::parse(s)),
+        None => KvType::from_env().transpose(),
+    };
+    Ok(t.transpose().map_err(|e| CliError::KvType(e.to_string()))?.unwrap_or_default())
+}
+
 /// The default context when none is asked for.
 pub const DEFAULT_CTX: usize = 4096;
 
@@ -46,11 +56,7 @@ impl EngineArgs {
 
     /// `--cache-type`, else `MINFER_CACHE_TYPE`, else f32; an unknown name is an error.
     pub fn kv_type(&self) -> Result<KvType, CliError> {
-        let t = match &self.cache_type {
-            Some(s) => Some(KvType::parse(s)),
-            None => KvType::from_env().transpose(),
-        };
-        Ok(t.transpose().map_err(|e| CliError::KvType(e.to_string()))?.unwrap_or_default())
+        kv_type_arg(self.cache_type.as_deref())
     }
 
     /// An engine for `file` that uses `other`'s worker threads (a draft model).

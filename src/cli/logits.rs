@@ -9,20 +9,8 @@ use serde_json::json;
 
 use super::engine_args::EngineArgs;
 use super::{CliError, Out};
+use crate::generate::top_logits;
 use crate::gguf::GgufFile;
-
-/// The top `k` (id, logit) pairs, best first; ties by id.
-pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
-    let k = k.min(idx.len());
-    let cmp = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
-    if k < idx.len() {
-        idx.select_nth_unstable_by(k, cmp);
-        idx.truncate(k);
-    }
-    idx.sort_by(cmp);
-    idx.into_iter().map(|i| (i, logits[i as usize])).collect()
-}
 
 pub fn run(out: &mut Out, model: &Path, ids: &[u32], from: usize, top: usize, engine: &EngineArgs) -> Result<(), CliError> {
     if ids.is_empty() {
@@ -35,7 +23,7 @@ pub fn run(out: &mut Out, model: &Path, ids: &[u32], from: usize, top: usize, en
     let mut e = engine.engine(f, ids.len())?;
     let mut logits = e.prefill(&ids[..=from], engine.ubatch)?;
     for p in from..ids.len() {
-        let pairs: Vec<serde_json::Value> = top_k(&logits, top).into_iter().map(|(i, l)| json!([i, l])).collect();
+        let pairs: Vec<serde_json::Value> = top_logits(&logits, top, |_| true).into_iter().map(|(i, l)| json!([i, l])).collect();
         out.line(json!({"pos": p, "top": pairs}).to_string())?;
         if p + 1 < ids.len() {
             logits = e.eval(&ids[p + 1..p + 2], 1)?;

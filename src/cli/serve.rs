@@ -6,8 +6,8 @@ use clap::Args;
 
 use super::CliError;
 use super::draft_args::DraftArgs;
+use super::engine_args::kv_type_arg;
 use crate::generate::default_threads;
-use crate::graph::KvType;
 use crate::server::{ServeConfig, serve};
 
 #[derive(Debug, Clone, Args)]
@@ -63,10 +63,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
     if a.ctx.is_some_and(|c| c < a.slots as usize) {
         return Err(CliError::Usage("--ctx is the total context: it must give every slot at least one token"));
     }
-    let kv_type = match &a.cache_type {
-        Some(s) => KvType::parse(s).map_err(|e| CliError::KvType(e.to_string()))?,
-        None => KvType::from_env().map_err(|e| CliError::KvType(e.to_string()))?.unwrap_or_default(),
-    };
+    let kv_type = kv_type_arg(a.cache_type.as_deref())?;
     a.draft.params().validate()?;
     let api_key = a.api_key.or_else(|| std::env::var("MINFER_API_KEY").ok()).filter(|k| !k.is_empty());
     let cfg = ServeConfig {

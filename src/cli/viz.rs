@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::CliError;
+use super::engine_args::kv_type_arg;
 use crate::generate::{TraceOptions, default_threads};
-use crate::graph::KvType;
 use crate::viz::{VizConfig, viz};
 
 /// Most samples per node the page is sent.
@@ -44,10 +44,7 @@ pub struct VizArgs {
 }
 
 pub fn run(a: VizArgs) -> Result<(), CliError> {
-    let kv_type = match &a.cache_type {
-        Some(s) => KvType::parse(s).map_err(|e| CliError::KvType(e.to_string()))?,
-        None => KvType::from_env().map_err(|e| CliError::KvType(e.to_string()))?.unwrap_or_default(),
-    };
+    let kv_type = kv_type_arg(a.cache_type.as_deref())?;
     let max_values = match a.values {
         Some(v) => v as usize,
         None => TraceOptions::values_from_env()?,

@@ -221,8 +221,6 @@ pub struct Engine {
     dump: Option<NodeDump>,
     /// Per-node capture of every evaluation (`MINFER_TRACE`, `minfer viz`).
     tracer: Option<TraceRecorder>,
-    /// [`Model::display_name`], for trace phases.
-    model_name: String,
 }
 
 impl Engine {
@@ -244,7 +242,7 @@ impl Engine {
         alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_model(weights, pool.clone())))?;
         let cparams = CParams { n_ctx: p.n_ctx, flash_attn: false, gpu: false, fuse_qkv: false, fuse_ffn: false, kv_type: p.kv_type };
         Ok(Engine {
-            model_name: model.display_name(),
+            model,
             pool,
             cache: GraphCache::new(alloc),
             sched: BackendScheduler::with_trace(p.trace),
@@ -254,7 +252,6 @@ impl Engine {
             last: None,
             dump: p.dump.clone(),
             tracer: None,
-            model,
         })
     }
 
@@ -298,10 +295,6 @@ impl Engine {
     /// Ends capturing and returns what was recorded.
     pub fn take_tracer(&mut self) -> Option<TraceRecorder> {
         self.tracer.take()
-    }
-
-    pub fn tracer(&self) -> Option<&TraceRecorder> {
-        self.tracer.as_ref()
     }
 
     /// Forgets the sequence; the KV regions are kept and overwritten.
@@ -377,7 +370,7 @@ impl Engine {
         let out = *graph.outputs.first().ok_or(GraphError::NoGraph)?;
         let dump = self.dump.as_ref().filter(|d| (n_past..n_past + nt).contains(&d.pos));
         if let Some(t) = self.tracer.as_mut() {
-            t.begin_step(&params, graph, &self.model_name, n_past, tokens);
+            t.begin_step(&params, graph, &self.model, n_past, tokens);
             for &id in &graph.inputs {
                 if let Some(data) = alloc.read_node(id) {
                     t.observe(&graph.nodes[id], data);

@@ -17,7 +17,7 @@ pub use engine::{Engine, EngineError, EngineParams, EngineShared, EvalInfo, Node
 pub use rng::SampleRng;
 pub use logprobs::{TokenLogprobs, token_logprobs};
 pub use run::{GenerateError, GenerateParams, Generation, Generator, StepOutput, StopReason, generate};
-pub use sampler::{Sampler, SamplerError, SamplerParams, TokenDist, argmax};
+pub use sampler::{Sampler, SamplerError, SamplerParams, TokenDist, argmax, top_logits};
 pub use speculative::{DraftParams, SpecError, SpecStats, Speculator, check_vocab, generate_speculative, run_speculative};
 pub use stop::{StopOutcome, StopStrings};
 pub use trace::{TraceError, TraceEvent, TraceOptions, TracePhase, TraceRecorder, TraceSink, TraceStep};

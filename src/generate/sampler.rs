@@ -262,6 +262,19 @@ impl Sampler {
     }
 }
 
+/// The `k` largest of the logits that `keep` accepts, `(id, logit)` best first; ties by id
+/// (`minfer logits --top` keeps all, traces leave NaN out).
+pub fn top_logits(logits: &[f32], k: usize, keep: impl Fn(f32) -> bool) -> Vec<(u32, f32)> {
+    let mut idx: Vec<u32> = (0..logits.len() as u32).filter(|&i| keep(logits[i as usize])).collect();
+    let cmp = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    if k < idx.len() {
+        idx.select_nth_unstable_by(k, cmp);
+        idx.truncate(k);
+    }
+    idx.sort_by(cmp);
+    idx.into_iter().map(|i| (i, logits[i as usize])).collect()
+}
+
 /// Index of the largest finite logit (the lowest index on ties), as llama.cpp's greedy sampler.
 pub fn argmax(logits: &[f32]) -> Option<u32> {
     let mut best: Option<(usize, f32)> = None;
@@ -288,6 +301,15 @@ fn softmax(c: &mut [Candidate], temperature: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn top_logits_are_the_largest_best_first() {
+        let l = [0.5, 3.0, f32::NAN, -1.0, 3.0, 2.0];
+        assert_eq!(top_logits(&l, 3, |v| !v.is_nan()), vec![(1, 3.0), (4, 3.0), (5, 2.0)]);
+        assert_eq!(top_logits(&l, 10, |v| !v.is_nan()).len(), 5);
+        assert_eq!(top_logits(&l, 10, |_| true).len(), 6);
+        assert!(top_logits(&l, 0, |_| true).is_empty());
+    }
 
     fn params(f: impl FnOnce(&mut SamplerParams)) -> SamplerParams {
         let mut p = SamplerParams { top_k: 0, top_p: 1.0, min_p: 0.0, ..SamplerParams::default() };

@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::graph::{CNode, ComputeGraph, DEFAULT_TRACE_VALUES, GraphParams, GraphType, NodeTrace};
+use crate::models::Model;
+use super::sampler::top_logits;
 use crate::tokenizer::Tokenizer;
 
 pub const TRACE_FORMAT: &str = "minfer-trace";
@@ -148,41 +150,29 @@ impl TraceRecorder {
         self
     }
 
-    pub fn max_values(&self) -> usize {
-        self.max_values
-    }
-
     pub fn phases(&self) -> &[TracePhase] {
         &self.phases
     }
 
-    fn emit(&mut self, event: TraceEvent<'_>) {
-        if let Some(sink) = self.sink.as_mut() {
-            sink(event);
-        }
-    }
-
-    /// Starts a step of `graph` (built from `params`, inputs filled); a new phase when the
-    /// previous step ran other params.
-    pub(crate) fn begin_step(&mut self, params: &GraphParams, graph: &ComputeGraph, model: &str, n_past: usize, input: &[u32]) {
+    /// Starts a step of `graph` (built from `params`, inputs filled); a new phase, carrying the
+    /// graph's export, when the previous step ran other params.
+    pub(crate) fn begin_step(&mut self, params: &GraphParams, graph: &ComputeGraph, model: &Model, n_past: usize, input: &[u32]) {
+        // The sink and the phases are borrowed apart: events point into what was recorded.
         if self.phases.last().is_none_or(|p| p.params != *params) {
-            self.phases.push(TracePhase {
-                params: *params,
-                graph: graph.export_json(Some(params), Some(model)),
-                steps: Vec::new(),
-            });
-            let phase = self.phases.len() - 1;
-            let mut sink = self.sink.take();
-            if let (Some(s), Some(p)) = (sink.as_mut(), self.phases.last()) {
-                s(TraceEvent::Phase { phase, kind: p.kind(), graph: &p.graph });
+            let graph = graph.export_json(Some(params), Some(&model.display_name()));
+            self.phases.push(TracePhase { params: *params, graph, steps: Vec::new() });
+            let (phase, p) = (self.phases.len() - 1, &self.phases[self.phases.len() - 1]);
+            if let Some(sink) = &mut self.sink {
+                sink(TraceEvent::Phase { phase, kind: p.kind(), graph: &p.graph });
             }
-            self.sink = sink;
         }
         let phase = self.phases.len() - 1;
         let steps = &mut self.phases[phase].steps;
         steps.push(TraceStep { n_past, input: input.to_vec(), logits_top: Vec::new(), nodes: Vec::new() });
         let step = steps.len() - 1;
-        self.emit(TraceEvent::StepStart { phase, step, n_past, input });
+        if let Some(sink) = &mut self.sink {
+            sink(TraceEvent::StepStart { phase, step, n_past, input });
+        }
     }
 
     /// Captures `node`'s output into the open step (untraced nodes are ignored).
@@ -193,7 +183,9 @@ impl TraceRecorder {
         let Some((phase, step)) = self.open_step() else {
             return;
         };
-        self.emit(TraceEvent::Node { phase, step, node: &t });
+        if let Some(sink) = &mut self.sink {
+            sink(TraceEvent::Node { phase, step, node: &t });
+        }
         self.phases[phase].steps[step].nodes.push(t);
     }
 
@@ -202,12 +194,10 @@ impl TraceRecorder {
         let Some((phase, step)) = self.open_step() else {
             return;
         };
-        self.phases[phase].steps[step].logits_top = top_logits(last_logits, LOGITS_TOP);
-        let mut sink = self.sink.take();
-        if let Some(s) = sink.as_mut() {
-            s(TraceEvent::StepEnd { phase, step, trace: &self.phases[phase].steps[step] });
+        self.phases[phase].steps[step].logits_top = top_logits(last_logits, LOGITS_TOP, |l| !l.is_nan());
+        if let Some(sink) = &mut self.sink {
+            sink(TraceEvent::StepEnd { phase, step, trace: &self.phases[phase].steps[step] });
         }
-        self.sink = sink;
     }
 
     /// Drops the open step (its evaluation failed), and its phase when that was its only step.
@@ -284,50 +274,22 @@ fn write_open_object(w: &mut dyn Write, obj: &Value) -> std::io::Result<()> {
     w.write_all(text.strip_suffix('}').unwrap_or(&text).as_bytes())
 }
 
-/// A token's text with special tokens rendered; invalid UTF-8 (a partial character) replaced.
+/// A token's text with special tokens rendered ([`Tokenizer::decode`]); empty for an id the
+/// vocabulary does not have.
 pub fn token_text(tok: &Tokenizer, id: u32) -> String {
-    tok.token_piece(id, true).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default()
+    tok.decode(&[id]).unwrap_or_default()
+}
+
+/// `logits_top` as JSON: `[{id, logit, text}]`.
+pub fn logits_top_json(top: &[(u32, f32)], tok: &Tokenizer) -> Value {
+    top.iter().map(|&(id, logit)| json!({ "id": id, "logit": logit, "text": token_text(tok, id) })).collect()
 }
 
 /// A step without its nodes: `{n_past, input, token, text, logits_top}`.
 pub fn step_summary_json(s: &TraceStep, tok: &Tokenizer) -> Value {
     let token = s.input.last().copied();
-    let top: Vec<Value> = s
-        .logits_top
-        .iter()
-        .map(|&(id, logit)| json!({ "id": id, "logit": logit, "text": token_text(tok, id) }))
-        .collect();
     json!({
         "n_past": s.n_past, "input": s.input, "token": token,
-        "text": token.map(|t| token_text(tok, t)), "logits_top": top,
+        "text": token.map(|t| token_text(tok, t)), "logits_top": logits_top_json(&s.logits_top, tok),
     })
-}
-
-/// The `k` largest logits, best first (ties: lower id first; NaN never ranks).
-pub fn top_logits(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut top: Vec<(u32, f32)> = logits
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| !v.is_nan())
-        .map(|(i, &v)| (i as u32, v))
-        .collect();
-    let by_rank = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    if top.len() > k {
-        top.select_nth_unstable_by(k, by_rank);
-        top.truncate(k);
-    }
-    top.sort_by(by_rank);
-    top
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn top_logits_are_the_largest_best_first() {
-        let l = [0.5, 3.0, f32::NAN, -1.0, 3.0, 2.0];
-        assert_eq!(top_logits(&l, 3), vec![(1, 3.0), (4, 3.0), (5, 2.0)]);
-        assert_eq!(top_logits(&l, 10).len(), 5);
-    }
 }

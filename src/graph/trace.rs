@@ -61,11 +61,6 @@ impl NodeStats {
         }
     }
 
-    /// Any NaN or Inf.
-    pub fn non_finite(&self) -> bool {
-        self.nan + self.inf > 0
-    }
-
     pub fn to_json(&self) -> Value {
         json!({
             "min": self.min, "max": self.max, "mean": self.mean, "rms": self.rms,
@@ -147,7 +142,6 @@ mod tests {
         assert_eq!((s.min, s.max, s.nan, s.inf), (Some(-2.0), Some(3.0), 1, 1));
         assert!((s.mean - 2.0 / 3.0).abs() < 1e-12);
         assert!((s.rms - (14.0f64 / 3.0).sqrt()).abs() < 1e-12);
-        assert!(s.non_finite());
         let none = NodeStats::of([f32::NAN].into_iter());
         assert_eq!((none.min, none.max, none.mean, none.rms), (None, None, 0.0, 0.0));
     }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::state::{Frame, MAX_RUN_TOKENS, RunGuard, VizState};
 use crate::chat::{ChatMessage, RenderOptions};
-use crate::generate::trace::{step_summary_json, token_text};
+use crate::generate::trace::{logits_top_json, token_text};
 use crate::generate::{GenerateParams, Generator, SamplerParams, StopReason, TraceEvent, TraceRecorder};
 use crate::tokenizer::Tokenizer;
 
@@ -127,8 +127,8 @@ fn event_frame(run: u64, ev: &TraceEvent<'_>, tok: &Tokenizer) -> Arc<Frame> {
             Frame::new("node", &json!({ "run": run, "phase": phase, "step": step, "node": node.to_json() }))
         }
         TraceEvent::StepEnd { phase, step, trace } => {
-            let summary = step_summary_json(trace, tok);
-            Frame::new("step_end", &json!({ "run": run, "phase": phase, "step": step, "logits_top": summary["logits_top"] }))
+            let top = logits_top_json(&trace.logits_top, tok);
+            Frame::new("step_end", &json!({ "run": run, "phase": phase, "step": step, "logits_top": top }))
         }
     }
 }

@@ -20,6 +20,7 @@ const S = {
   views: new Map(),   // node id -> {g, sub, node}
   bands: [],          // [{key, label, ids, el, summary}]
   collapsed: new Set(),
+  folded: false,      // the first drawing folded the middle layers
   selected: null,     // node name (names carry the layer, so they survive phase changes)
   run: null,          // the live run shown, by id; null when showing a loaded trace
   lagged: false,      // events of this run were missed: reload /viz/trace when it ends
@@ -187,10 +188,10 @@ function draw(graph) {
   S.rendered = graph;
   S.views = new Map();
   S.bands = bandsOf(graph);
-  if (S.collapsed.size === 0 && !S.collapsedSet) {
+  if (!S.folded) {
     // First drawing: show the ends and the first layer, fold the rest.
     S.bands.forEach((b) => { if (!["in", "L0", "out"].includes(b.key)) S.collapsed.add(b.key); });
-    S.collapsedSet = true;
+    S.folded = true;
   }
   for (const band of S.bands) {
     const { pos, width, height } = layoutBand(graph, band.ids);
@@ -251,7 +252,13 @@ function current() {
   const at = S.flat[S.cur];
   if (!at) return { phase: S.phases[S.phases.length - 1], step: null };
   const phase = S.phases[at[0]];
-  return { phase, step: phase.steps[at[1]], at };
+  return { phase, step: phase.steps[at[1]] };
+}
+
+/** Whether step `si` of phase `pi` is the one on screen. */
+function showing(pi, si) {
+  const at = S.flat[S.cur];
+  return !!at && at[0] === pi && at[1] === si;
 }
 
 function paintNode(id, step) {
@@ -263,7 +270,6 @@ function paintNode(id, step) {
   v.g.classList.toggle("nan", bad(t));
   v.g.dataset.hasData = t ? "1" : "0";
   v.sub.textContent = !t ? v.node.op : bad(t) ? `${v.node.op} · NaN ${t.stats.nan} Inf ${t.stats.inf}` : `${v.node.op} · rms ${t.stats.rms.toPrecision(3)}`;
-  if (S.selected === v.node.name) showDetails();
 }
 
 function paintBands(step) {
@@ -282,7 +288,7 @@ function paintBands(step) {
   }
 }
 
-function stepLabel(phase, step, at) {
+function stepLabel(phase, step) {
   if (!step) return S.flat.length ? "" : "no run yet";
   const tok = JSON.stringify(step.text ?? "");
   const what = phase.kind === "prefill" ? `prefill of ${step.input.length} tokens, last ${tok}` : `decode ${tok}`;
@@ -290,12 +296,12 @@ function stepLabel(phase, step, at) {
 }
 
 function paint() {
-  const { phase, step, at } = current();
+  const { phase, step } = current();
   if (phase && phase.graph !== S.rendered) draw(phase.graph);
   for (const id of S.views.keys()) paintNode(id, step);
   paintBands(step);
   $("step-range").value = Math.max(0, S.cur);
-  $("step-label").textContent = stepLabel(phase, step, at);
+  $("step-label").textContent = stepLabel(phase, step);
   paintNanBanner();
   showDetails();
 }
@@ -515,7 +521,8 @@ function connect() {
       S.cur = S.flat.length - 1;
       paint();
     } else {
-      $("step-label").textContent = stepLabel(...Object.values(current()));
+      const c = current();
+      $("step-label").textContent = stepLabel(c.phase, c.step);
     }
   });
   on("node", (d) => {
@@ -524,8 +531,10 @@ function connect() {
     if (!s) return;
     if (!(d.node.id < p.graph.nodes.length)) return;
     s.nodes.set(d.node.id, d.node);
-    const at = S.flat[S.cur];
-    if (at && at[0] === d.phase && at[1] === d.step) paintNode(d.node.id, s);
+    if (showing(d.phase, d.step)) {
+      paintNode(d.node.id, s);
+      if (S.selected === p.graph.nodes[d.node.id].name) showDetails();
+    }
     if (bad(d.node)) {
       noteNan(d.phase, d.step, d.node);
       paintNanBanner();
@@ -536,8 +545,7 @@ function connect() {
     const s = p && p.steps[d.step];
     if (!s) return;
     s.logits_top = d.logits_top;
-    const at = S.flat[S.cur];
-    if (at && at[0] === d.phase && at[1] === d.step) { paintBands(s); showDetails(); }
+    if (showing(d.phase, d.step)) { paintBands(s); showDetails(); }
   });
   on("text", (d) => {
     if (d.run !== S.run) return;

@@ -29,3 +29,19 @@ pub fn model_path(name: &str) -> PathBuf {
 pub fn data_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("data").join(name)
 }
+
+/// Serves `app` on a free loopback port from a background runtime (two workers); returns the
+/// port. The listener is bound before this returns, so requests may follow at once.
+pub fn serve_app(app: axum::Router) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    port
+}
