@@ -39,8 +39,8 @@ printf '| prompt | plain t/s | draft t/s | ratio | acceptance | drafted | accept
 for name in code prose; do
     p="${prompts[$name]}"
     for r in $(seq "$rounds"); do
-        "$minfer" run -m "$target" -p "$p" -n "$n_gen" --temp 0 -t "$threads" --json 2>/dev/null >"$out/$name.plain.$r"
-        "$minfer" run -m "$target" --draft "$draft" "${extra[@]}" -p "$p" -n "$n_gen" --temp 0 -t "$threads" --json \
+        "$minfer" run -m "$target" --raw -p "$p" -n "$n_gen" --temp 0 -t "$threads" --json 2>/dev/null >"$out/$name.plain.$r"
+        "$minfer" run -m "$target" --draft "$draft" "${extra[@]}" --raw -p "$p" -n "$n_gen" --temp 0 -t "$threads" --json \
             2>/dev/null >"$out/$name.spec.$r"
     done
     python3 - "$out" "$name" "$rounds" <<'EOF'

@@ -33,7 +33,7 @@ fn greedy_raw_prompt_equals_llama_cpp() {
     let r = record("count");
     let text = r["prompt_text"].as_str().unwrap().to_string();
     let m = model();
-    let v = run_json(&["run", "-m", &m, "-p", &text, "--temp", "0", "-n", "64", "--json", "-t", "2"]);
+    let v = run_json(&["run", "-m", &m, "--raw", "-p", &text, "--temp", "0", "-n", "64", "--json", "-t", "2"]);
     assert_eq!(v["prompt_ids"], r["prompt_ids"]);
     assert_eq!(v["generated_ids"], r["generated_ids"]);
     assert!(v["gen_tokens_per_s"].as_f64().unwrap() > 0.0);
@@ -78,7 +78,7 @@ fn dump_graph_census_is_440_for_a_30_token_prompt() {
     assert_eq!(j["version"], 1);
     assert_eq!(j["nodes"].as_array().unwrap().len(), 440);
     // A one-token prompt builds the decode-shaped graph: no tail_ids input, no tail get_rows.
-    let out = minfer(&["run", "-m", &model(), "-p", "Hello", "--dump-graph", dir.join("d.dot").to_str().unwrap()]);
+    let out = minfer(&["run", "-m", &model(), "--raw", "-p", "Hello", "--dump-graph", dir.join("d.dot").to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("437 nodes for 1 tokens"));
     std::fs::remove_dir_all(dir).ok();
@@ -125,7 +125,7 @@ fn draft_model_keeps_the_reference_output_and_reports_statistics() {
     let r = record("count");
     let text = r["prompt_text"].as_str().unwrap().to_string();
     let (m, tiny) = (model(), common::model_path(common::QWEN3_TINY).to_str().unwrap().to_string());
-    let args = ["run", "-m", &m, "--draft", &tiny, "--draft-n", "3", "-p", &text, "--temp", "0", "-n", "64", "-t", "2"];
+    let args = ["run", "-m", &m, "--draft", &tiny, "--draft-n", "3", "--raw", "-p", &text, "--temp", "0", "-n", "64", "-t", "2"];
     let v = run_json(&[&args[..], &["--json"]].concat());
     assert_eq!(v["generated_ids"], r["generated_ids"]);
     let d = &v["draft"];
@@ -168,5 +168,103 @@ fn unusable_drafts_are_one_line_errors() {
         assert_eq!(err.trim_end().lines().count(), 1, "{extra:?}: {err}");
         assert!(err.contains(what), "{extra:?}: {err}");
     }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// `minfer run` with stdin fed from `input`.
+fn minfer_stdin(args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run minfer");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Plain `-p TEXT` on a model with a chat template is the user's message: "chat_math" (one user
+/// message) and "chat_system" (`--system` + `-p`) give llama.cpp's templated prompt ids and
+/// greedy answers, ending at <|im_end|>.
+#[test]
+fn plain_prompt_speaks_the_chat_template_like_llama_cpp() {
+    let m = model();
+    let r = record("chat_math");
+    let user = r["messages"][0]["content"].as_str().unwrap();
+    let v = run_json(&["run", "-m", &m, "-p", user, "--temp", "0", "--json"]);
+    assert_eq!(v["prompt_ids"], r["prompt_ids"]);
+    assert_eq!(v["generated_ids"], r["generated_ids"]);
+    assert_eq!(v["text"], r["generated_text"]);
+
+    let r = record("chat_system");
+    let (system, user) = (r["messages"][0]["content"].as_str().unwrap(), r["messages"][1]["content"].as_str().unwrap());
+    let v = run_json(&["run", "-m", &m, "--system", system, "-p", user, "--temp", "0", "--json"]);
+    assert_eq!(v["prompt_ids"], r["prompt_ids"]);
+    assert_eq!(v["generated_ids"], r["generated_ids"]);
+
+    // --verbose says which template formed the prompt and shows the rendered text.
+    let out = minfer(&["run", "-m", &m, "-p", user, "-n", "1", "--temp", "0", "--verbose"]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("minfer: prompt: the model's chat template (tokenizer.chat_template), 1 message(s)"), "{err}");
+    assert!(err.contains("<|im_start|>user\nWhy is the sky blue?<|im_end|>\n<|im_start|>assistant\n"), "{err}");
+    let out = minfer(&["run", "-m", &m, "--raw", "-p", user, "-n", "1", "--temp", "0", "--verbose"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("minfer: prompt: raw text (--raw)"));
+    // --system belongs to chat mode.
+    let out = minfer(&["run", "-m", &m, "--raw", "--system", "s", "-p", "x"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--system"));
+}
+
+/// Prompts are data: a prompt starting with '-', `-p -` from a pipe, `-f FILE` and `-p @FILE`
+/// reach the tokenizer byte for byte (leading spaces, CR LF, trailing newlines kept).
+#[test]
+fn prompts_that_start_with_a_dash_or_come_from_files_and_pipes() {
+    let m = model();
+    let dashed = "-- list the tables";
+    let v = run_json(&["run", "-m", &m, "--raw", "-p", dashed, "-n", "1", "--temp", "0", "--json"]);
+    let tokenized: serde_json::Value = serde_json::from_slice(&minfer(&["tokenize", "-m", &m, "--json", dashed]).stdout).unwrap();
+    assert_eq!(v["prompt_ids"], tokenized);
+    // Chat mode: the same ids as a --messages file with that user message.
+    let dir = std::env::temp_dir().join(format!("minfer-prompts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let msgs = dir.join("m.json");
+    std::fs::write(&msgs, serde_json::json!([{"role": "user", "content": dashed}]).to_string()).unwrap();
+    let chat = run_json(&["run", "-m", &m, "-p", dashed, "-n", "1", "--temp", "0", "--json"]);
+    let from_file = run_json(&["run", "-m", &m, "--messages", msgs.to_str().unwrap(), "-n", "1", "--temp", "0", "--json"]);
+    assert_eq!(chat["prompt_ids"], from_file["prompt_ids"]);
+
+    let text = "  two\r\nlines -x\n\n";
+    let expect = run_json(&["run", "-m", &m, "--raw", "-p", text, "-n", "1", "--temp", "0", "--json"])["prompt_ids"].clone();
+    let piped = minfer_stdin(&["run", "-m", &m, "--raw", "-p", "-", "-n", "1", "--temp", "0", "--json"], text.as_bytes());
+    assert!(piped.status.success(), "{}", String::from_utf8_lossy(&piped.stderr));
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&piped.stdout).unwrap()["prompt_ids"], expect);
+    let file = dir.join("-prompt.txt");
+    std::fs::write(&file, text).unwrap();
+    let f = file.to_str().unwrap();
+    assert_eq!(run_json(&["run", "-m", &m, "--raw", "-f", f, "-n", "1", "--temp", "0", "--json"])["prompt_ids"], expect);
+    assert_eq!(run_json(&["run", "-m", &m, "--raw", "-p", &format!("@{f}"), "-n", "1", "--temp", "0", "--json"])["prompt_ids"], expect);
+    let piped = minfer_stdin(&["run", "-m", &m, "--raw", "-f", "-", "-n", "1", "--temp", "0", "--json"], text.as_bytes());
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&piped.stdout).unwrap()["prompt_ids"], expect);
+
+    // Not UTF-8, a missing file, two sources: one line each, nothing generated.
+    let bad = dir.join("bad.txt");
+    std::fs::write(&bad, b"ok \xc3\x28").unwrap();
+    let at_missing = format!("@{}", dir.join("missing.txt").display());
+    let cases: [(Vec<&str>, &str); 3] = [
+        (vec!["-f", bad.to_str().unwrap()], "is not UTF-8 text (invalid byte at byte 3)"),
+        (vec!["-p", &at_missing], "missing.txt"),
+        (vec!["-p", "x", "-f", f], "cannot be used with"),
+    ];
+    for (extra, what) in cases {
+        let out = minfer(&[&["run", "-m", &m, "-n", "1"][..], &extra].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && out.stdout.is_empty(), "{extra:?}");
+        assert!(err.contains(what), "{extra:?}: {err}");
+    }
+    let out = minfer_stdin(&["run", "-m", &m, "-p", "-", "-n", "1"], b"\xff\xfe");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.trim_end().lines().count() == 1 && err.contains("standard input is not UTF-8"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }

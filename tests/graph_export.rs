@@ -136,6 +136,7 @@ fn export_and_render(model: &str, prompt: &str, kind: &str) {
         "run",
         "-m",
         m.to_str().unwrap(),
+        "--raw",
         "-p",
         prompt,
         "--dump-graph-json",

@@ -117,7 +117,7 @@ fn cli_trace_of_a_5_token_run_validates() {
     for name in [common::QWEN2_05B, common::QWEN3_TINY] {
         let path = tmp(&format!("{name}.trace.json"));
         let m = common::model_path(name);
-        let args = ["run", "-m", m.to_str().unwrap(), "-p", "Write a haiku about Rust.", "-n", "5", "--temp", "0", "--json"];
+        let args = ["run", "-m", m.to_str().unwrap(), "--raw", "-p", "Write a haiku about Rust.", "-n", "5", "--temp", "0", "--json"];
         let out = minfer_traced(&path, Some("32"), &args);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let run: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -22,10 +22,10 @@ use crate::generate::{Conversation, ConversationParams, GenerateParams};
 #[derive(Debug, Clone, Args)]
 pub struct ChatArgs {
     /// The GGUF model file.
-    #[arg(short, long)]
+    #[arg(short, long, allow_hyphen_values = true)]
     pub model: PathBuf,
     /// System prompt.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub system: Option<String>,
     /// Most tokens per answer (default: the context size).
     #[arg(short = 'n', long = "n-predict")]

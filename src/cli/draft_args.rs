@@ -15,7 +15,7 @@ pub struct DraftArgs {
     /// Draft model for speculative decoding: a small model with the target's vocabulary
     /// (Qwen2.5-0.5B for the 1.5B, say). The output is the target's (token for token when
     /// greedy, the same distribution when sampling).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub draft: Option<PathBuf>,
     /// Most tokens the draft proposes per round.
     #[arg(long = "draft-n", default_value_t = DraftParams::default().n_draft)]

@@ -10,6 +10,7 @@ mod logits;
 mod model_files;
 mod output;
 mod progress;
+mod prompt_source;
 mod run;
 mod serve;
 mod template;
@@ -41,6 +42,8 @@ pub enum CliError {
     ReadFile { path: PathBuf, source: std::io::Error },
     #[error("cannot read standard input: {0}")]
     Stdin(String),
+    #[error("the prompt from {what} is not UTF-8 text (invalid byte at byte {offset})")]
+    PromptNotUtf8 { what: String, offset: usize },
     #[error("{0}")]
     Usage(&'static str),
     #[error(transparent)]
@@ -85,6 +88,7 @@ pub enum Command {
     /// Show a model's architecture, hyper-parameters, vocabulary and quant mix.
     Info {
         /// The GGUF model file.
+        #[arg(allow_hyphen_values = true)]
         model: PathBuf,
         /// Print one JSON object instead of text.
         #[arg(long)]
@@ -96,7 +100,7 @@ pub enum Command {
     /// Turn text into token ids, as the model's tokenizer does (BOS added when the model asks).
     Tokenize {
         /// The GGUF model file.
-        #[arg(short, long)]
+        #[arg(short, long, allow_hyphen_values = true)]
         model: PathBuf,
         /// Parse special-token text (`<|im_end|>`) into special tokens.
         #[arg(long)]
@@ -105,38 +109,51 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         /// The text to tokenize (`-` reads standard input).
+        #[arg(allow_hyphen_values = true)]
         text: String,
     },
     /// Render a conversation with the model's chat template.
     Template {
         /// The GGUF model file.
-        #[arg(short, long)]
+        #[arg(short, long, allow_hyphen_values = true)]
         model: PathBuf,
         /// JSON file: an array of {role, content} messages, or {"messages": [...], "tools": [...]}.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         messages: PathBuf,
         /// Do not end with the assistant header (by default the prompt asks for a reply).
         #[arg(long)]
         no_generation_prompt: bool,
     },
-    /// Generate text from a prompt (tokens stream to stdout, timings to stderr).
+    /// Generate text from a prompt (tokens stream to stdout, timings to stderr). With a chat
+    /// template in the model, the prompt is the user's message and the answer ends at the end
+    /// of the model's turn, as `ollama run` and `llama-cli` do; `--raw` continues the text as is.
     Run {
         /// The GGUF model file.
-        #[arg(short, long)]
+        #[arg(short, long, allow_hyphen_values = true)]
         model: PathBuf,
-        /// The prompt, tokenized as is.
-        #[arg(short, long, conflicts_with = "messages", required_unless_present = "messages")]
+        /// The prompt (`-` reads standard input, `@FILE` a file; `@@…` is a prompt starting
+        /// with `@`).
+        #[arg(short, long, allow_hyphen_values = true, conflicts_with_all = ["messages", "file"])]
         prompt: Option<String>,
+        /// Read the prompt from FILE (`-`: standard input), byte for byte.
+        #[arg(short = 'f', long = "file", allow_hyphen_values = true, conflicts_with = "messages")]
+        file: Option<PathBuf>,
         /// A conversation (JSON) rendered with the model's chat template and a generation prompt.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true, required_unless_present_any = ["prompt", "file"])]
         messages: Option<PathBuf>,
+        /// Tokenize the prompt as it is and continue it (no chat template).
+        #[arg(long, conflicts_with = "messages")]
+        raw: bool,
+        /// System message before the prompt (chat mode only).
+        #[arg(long, allow_hyphen_values = true, conflicts_with_all = ["raw", "messages"])]
+        system: Option<String>,
         /// Most tokens to generate.
         #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
         n_predict: usize,
         #[command(flatten)]
         sampling: SamplingArgs,
         /// Stop when the text contains this string (repeatable).
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         stop: Vec<String>,
         /// Print one JSON object {prompt_ids, generated_ids, text, prompt_tokens_per_s,
         /// gen_tokens_per_s} instead of streaming text.
@@ -144,15 +161,16 @@ pub enum Command {
         json: bool,
         #[command(flatten)]
         draft: draft_args::DraftArgs,
-        /// Print speculative-decoding statistics (acceptance, time in the draft and in the
-        /// verify passes) after the timings.
+        /// Say on stderr how the prompt was formed (the chat template and the rendered text,
+        /// or raw), and print speculative-decoding statistics (acceptance, time in the draft
+        /// and in the verify passes) after the timings.
         #[arg(short, long)]
         verbose: bool,
         /// Write the prompt's forward graph as Graphviz DOT and exit.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         dump_graph: Option<PathBuf>,
         /// Write the prompt's forward graph as JSON ({"format": "minfer-graph", ...}) and exit.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         dump_graph_json: Option<PathBuf>,
         #[command(flatten)]
         engine: EngineArgs,
@@ -161,7 +179,7 @@ pub enum Command {
     /// line per position p >= FROM with the top-K [id, logit] pairs for the token after p.
     Logits {
         /// The GGUF model file.
-        #[arg(short, long)]
+        #[arg(short, long, allow_hyphen_values = true)]
         model: PathBuf,
         /// Comma-separated token ids.
         #[arg(long)]
@@ -187,7 +205,7 @@ pub enum Command {
     /// Measure prompt processing (pp) and generation (tg) speed, as llama-bench does.
     Bench {
         /// The GGUF model file.
-        #[arg(short, long)]
+        #[arg(short, long, allow_hyphen_values = true)]
         model: PathBuf,
         /// Prompt tokens of the pp test (0 skips it).
         #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
@@ -270,11 +288,16 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
         Command::Template { model, messages, no_generation_prompt } => {
             template::run(&mut out, &model, &messages, !no_generation_prompt)
         }
-        Command::Run { model, prompt, messages, n_predict, sampling, stop, json, draft, verbose, dump_graph, dump_graph_json, engine } => {
-            let prompt = match (&prompt, &messages) {
-                (Some(p), None) => run::Prompt::Text(p),
+        Command::Run { model, prompt, file, messages, raw, system, n_predict, sampling, stop, json, draft, verbose, dump_graph, dump_graph_json, engine } => {
+            let source = |p: &Option<String>, f: &Option<PathBuf>| match (p, f) {
+                (Some(p), None) => Some(prompt_source::PromptSource::from_prompt_arg(p)),
+                (None, Some(f)) => Some(prompt_source::PromptSource::from_file_arg(f)),
+                _ => None,
+            };
+            let prompt = match (source(&prompt, &file), &messages) {
+                (Some(src), None) => run::Prompt::Text { text: src.read()?, raw, system },
                 (None, Some(m)) => run::Prompt::Messages(m),
-                _ => return Err(CliError::Usage("give exactly one of -p TEXT and --messages FILE")),
+                _ => return Err(CliError::Usage("give exactly one of -p TEXT, -f FILE and --messages FILE")),
             };
             let args = run::RunArgs {
                 engine: engine.resolved(),

@@ -10,12 +10,51 @@ use super::engine_args::EngineArgs;
 use super::{CliError, Out, model_files};
 use super::progress::{PREFILL_BAR_TOKENS, Progress};
 use crate::generate::{Engine, GenerateParams, Generation, Generator, SamplerParams, SpecError, Speculator, TraceOptions, TraceRecorder, run_speculative};
+use crate::chat::{ChatMessage, ChatRequest};
 use crate::tokenizer::Tokenizer;
 
 /// Where the prompt comes from.
 pub enum Prompt<'a> {
-    Text(&'a str),
+    /// Text from `-p` / `-f`: the user's message in the model's chat template, or with `raw`
+    /// (or a model without a template) the text itself.
+    Text { text: String, raw: bool, system: Option<String> },
+    /// A `--messages` conversation.
     Messages(&'a Path),
+}
+
+/// The prompt as the model will see it.
+struct Formed {
+    text: String,
+    /// Special-token text in it is parsed (it came out of a chat template).
+    parse_special: bool,
+    /// How it was formed, for `--verbose`.
+    how: String,
+}
+
+/// Renders `prompt`: chat mode when the model has a template and `--raw` was not given.
+fn form_prompt(f: &crate::gguf::GgufFile, tok: &Tokenizer, prompt: Prompt) -> Result<Formed, CliError> {
+    let has_template = f.get_str("tokenizer.chat_template").is_ok();
+    match prompt {
+        Prompt::Text { text, raw: true, .. } => Ok(Formed { text, parse_special: false, how: "raw text (--raw)".into() }),
+        Prompt::Text { system: Some(_), .. } if !has_template => {
+            Err(CliError::Usage("--system needs a chat template, and this model has none (tokenizer.chat_template); use --raw"))
+        }
+        Prompt::Text { text, .. } if !has_template => {
+            Ok(Formed { text, parse_special: false, how: "raw text (the model has no chat template)".into() })
+        }
+        Prompt::Text { text, system, .. } => {
+            let mut messages: Vec<ChatMessage> = system.map(ChatMessage::system).into_iter().collect();
+            messages.push(ChatMessage::user(text));
+            let how = format!("the model's chat template (tokenizer.chat_template), {} message(s)", messages.len());
+            let req = ChatRequest { messages, tools: None };
+            Ok(Formed { text: model_files::render_chat(f, tok, &req, true)?, parse_special: true, how })
+        }
+        Prompt::Messages(p) => {
+            let req = model_files::read_messages(p)?;
+            let how = format!("the model's chat template (tokenizer.chat_template), {} message(s) from {}", req.messages.len(), p.display());
+            Ok(Formed { text: model_files::render_chat(f, tok, &req, true)?, parse_special: true, how })
+        }
+    }
 }
 
 /// Everything `run` was asked for besides the prompt.
@@ -62,14 +101,13 @@ fn generate_with_bar(
 
 pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(), CliError> {
     let (f, tok) = model_files::open_with_tokenizer(model)?;
-    let (text, parse_special) = match prompt {
-        Prompt::Text(t) => (t.to_string(), false),
-        Prompt::Messages(p) => {
-            let req = model_files::read_messages(p)?;
-            (model_files::render_chat(&f, &tok, &req, true)?, true)
-        }
-    };
+    let Formed { text, parse_special, how } = form_prompt(&f, &tok, prompt)?;
     let ids = tok.encode_prompt(&text, parse_special);
+    if a.verbose {
+        eprintln!("minfer: prompt: {how}, {} tokens:", ids.len());
+        eprintln!("{text}");
+        eprintln!("minfer: end of prompt");
+    }
     let mut engine = a.engine.engine(Arc::new(f), ids.len())?;
     if a.dump_graph.is_some() || a.dump_graph_json.is_some() {
         return super::dump::dump_graphs(&engine, ids.len(), a.dump_graph.as_deref(), a.dump_graph_json.as_deref());
@@ -100,7 +138,7 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
     let mut trace_note = None;
     if let (Some((file, t)), Some(rec)) = (trace, engine.take_tracer()) {
         let steps: usize = rec.phases().iter().map(|p| p.steps.len()).sum();
-        trace_note = Some(match rec.write(file, &t.path, &engine.model().display_name(), &text, &tok) {
+        trace_note = Some(match rec.write(file, &engine.model().display_name(), &text, &tok) {
             Ok(()) => format!("minfer: trace of {steps} evaluations in {} phases written to {}", rec.phases().len(), t.path.display()),
             // Generation's own error, if any, is the one reported; this one is said too.
             Err(e) if g.is_err() => format!("minfer: also: {e}"),

@@ -13,7 +13,7 @@ use crate::server::{ServeConfig, serve};
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// The GGUF model file.
-    #[arg(short, long)]
+    #[arg(short, long, allow_hyphen_values = true)]
     pub model: PathBuf,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
@@ -36,14 +36,14 @@ pub struct ServeArgs {
     pub queue: usize,
     /// Require `Authorization: Bearer KEY` on the API routes (/health and /metrics stay open).
     /// Default: the MINFER_API_KEY environment variable, if set.
-    #[arg(long = "api-key")]
+    #[arg(long = "api-key", allow_hyphen_values = true)]
     pub api_key: Option<String>,
     /// Longest a request may take, queue wait included, in seconds (0: no limit); past it the
     /// generation stops and the request gets a 504 (or an error event in a stream).
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
     /// Model id reported by /v1/models and in responses (default: the file name without .gguf).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub alias: Option<String>,
     /// Prefill chunk in tokens: long prompts are evaluated in pieces so that other slots keep
     /// generating between them.

@@ -7,7 +7,7 @@ use super::{CliError, Out, model_files};
 pub fn run(out: &mut Out, model: &Path, text: &str, special: bool, json: bool) -> Result<(), CliError> {
     let (_, tok) = model_files::open_with_tokenizer(model)?;
     let text = if text == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| CliError::Stdin(e.to_string()))?
+        super::prompt_source::PromptSource::Stdin.read()?
     } else {
         text.to_string()
     };

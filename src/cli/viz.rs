@@ -15,7 +15,7 @@ const MAX_VIZ_VALUES: usize = 4096;
 #[derive(Debug, Clone, Args)]
 pub struct VizArgs {
     /// The GGUF model file.
-    #[arg(short, long)]
+    #[arg(short, long, allow_hyphen_values = true)]
     pub model: PathBuf,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
@@ -36,7 +36,7 @@ pub struct VizArgs {
     #[arg(long = "cache-type")]
     pub cache_type: Option<String>,
     /// Saved traces (MINFER_TRACE files) the page can open. Default: MINFER_VIZ_DIR.
-    #[arg(long = "trace-dir")]
+    #[arg(long = "trace-dir", allow_hyphen_values = true)]
     pub trace_dir: Option<PathBuf>,
     /// Values sampled per node and step (1 to 4096). Default: MINFER_TRACE_VALUES, else 64.
     #[arg(long = "values", value_parser = clap::value_parser!(u32).range(1..=4096))]

@@ -29,7 +29,7 @@ function check(ok, what) {
 
 // ---- the CLI's trace of a greedy 5-token run, and a copy with a NaN ----
 const tracePath = join(traces, "run5.json");
-const cli = spawnSync(BIN, ["run", "-m", MODEL, "-p", PROMPT, "-n", "5", "--temp", "0", "--json"], {
+const cli = spawnSync(BIN, ["run", "-m", MODEL, "--raw", "-p", PROMPT, "-n", "5", "--temp", "0", "--json"], {
   env: { ...process.env, MINFER_TRACE: tracePath },
   encoding: "utf8",
 });
