@@ -30,6 +30,10 @@ fn config(api_key: Option<&str>) -> ServeConfig {
         inject_panic: None,
         kv_type: Default::default(),
         draft: None,
+        read_timeout_secs: 10,
+        idle_timeout_secs: 60,
+        max_connections: 64,
+        drain_timeout_secs: 30,
     }
 }
 

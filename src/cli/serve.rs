@@ -8,6 +8,7 @@ use super::CliError;
 use super::draft_args::DraftArgs;
 use super::engine_args::kv_type_arg;
 use crate::generate::default_threads;
+use crate::server::state::{DEFAULT_DRAIN_TIMEOUT_SECS, DEFAULT_IDLE_TIMEOUT_SECS, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_SECS};
 use crate::server::{ServeConfig, serve};
 
 #[derive(Debug, Clone, Args)]
@@ -55,6 +56,23 @@ pub struct ServeArgs {
     /// KV cache storage of every slot: f32 (default), f16 or q8_0. Default: MINFER_CACHE_TYPE.
     #[arg(long = "cache-type")]
     pub cache_type: Option<String>,
+    /// Seconds a client has to send a request's headers, and then its body; also the longest
+    /// a kept-alive connection may sit idle. A slower client is disconnected (headers) or
+    /// answered 408 (body).
+    #[arg(long = "read-timeout", default_value_t = DEFAULT_READ_TIMEOUT_SECS, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub read_timeout: u64,
+    /// Seconds a client may accept no response bytes (a stream it stopped reading) before it
+    /// is disconnected and its generation stopped.
+    #[arg(long = "idle-timeout", default_value_t = DEFAULT_IDLE_TIMEOUT_SECS, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub idle_timeout: u64,
+    /// Open connections at most; beyond it a connection is answered 503 with Retry-After.
+    #[arg(long = "max-connections", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// On SIGTERM or Ctrl-C: seconds the generations in flight may take to finish (no new
+    /// ones are taken, /health says "draining"); the rest then end with finish_reason
+    /// "shutdown".
+    #[arg(long = "drain-timeout", default_value_t = DEFAULT_DRAIN_TIMEOUT_SECS, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub drain_timeout: u64,
     #[command(flatten)]
     pub draft: DraftArgs,
 }
@@ -82,6 +100,10 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         inject_panic: std::env::var("MINFER_INJECT_PANIC").ok().filter(|s| !s.is_empty()),
         kv_type,
         draft: a.draft.draft.clone().map(|d| (d, a.draft.params())),
+        read_timeout_secs: a.read_timeout,
+        idle_timeout_secs: a.idle_timeout,
+        max_connections: a.max_connections as usize,
+        drain_timeout_secs: a.drain_timeout,
     };
     Ok(serve(cfg)?)
 }

@@ -40,6 +40,26 @@ pub enum ApiError {
         "the request exceeds the available context size: {n_prompt_tokens} prompt tokens, but a slot holds {n_ctx} tokens"
     )]
     ExceedContext { n_prompt_tokens: usize, n_ctx: usize },
+    /// The prompt fits, but not with the completion asked for.
+    #[error(
+        "the request exceeds the available context size: {n_prompt_tokens} prompt tokens + {max_tokens} completion tokens (max_tokens) = {total}, but a slot holds {n_ctx} tokens",
+        total = n_prompt_tokens + max_tokens
+    )]
+    ExceedContextWithCompletion { n_prompt_tokens: usize, max_tokens: usize, n_ctx: usize },
+    /// A request field minfer does not implement: refused rather than silently ignored.
+    #[error("'{field}' is not supported by this server{why}")]
+    Unsupported { field: String, why: &'static str },
+    #[error("the request body must be JSON (Content-Type: application/json), not {given}")]
+    UnsupportedMediaType { given: String },
+    /// Headers or body did not arrive within `--read-timeout`.
+    #[error("the request body did not arrive within the server's --read-timeout of {secs} s")]
+    ReadTimeout { secs: u64 },
+    /// SIGTERM: no new generations; those in flight finish within `--drain-timeout`.
+    #[error("the server is shutting down")]
+    Draining,
+    /// The drain timed out before this generation ended.
+    #[error("the server shut down before the generation ended (--drain-timeout of {secs} s)")]
+    ShutDown { secs: u64 },
     #[error("invalid or missing API key (send 'Authorization: Bearer KEY')")]
     Unauthorized,
     #[error("no such route: {method} {path}")]
@@ -48,6 +68,8 @@ pub enum ApiError {
     MethodNotAllowed { method: String, path: String },
     #[error("the server is busy: {slots} slots busy and {queued} requests queued (queue limit {queue}); retry later")]
     QueueFull { slots: usize, queued: usize, queue: usize },
+    #[error("too many open connections (--max-connections {max}); retry later")]
+    TooManyConnections { max: usize },
     #[error("the model is loading")]
     Loading,
     #[error("the inference thread has stopped after a fault; restart the server")]
@@ -66,14 +88,26 @@ impl ApiError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::MalformedJson(_) | ApiError::NotAnObject | ApiError::BadParam { .. } | ApiError::ExceedContext { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            ApiError::MalformedJson(_)
+            | ApiError::NotAnObject
+            | ApiError::BadParam { .. }
+            | ApiError::Unsupported { .. }
+            | ApiError::ExceedContext { .. }
+            | ApiError::ExceedContextWithCompletion { .. } => StatusCode::BAD_REQUEST,
+            ApiError::ReadTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::QueueFull { .. } | ApiError::Loading | ApiError::Stopped => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::QueueFull { .. }
+            | ApiError::TooManyConnections { .. }
+            | ApiError::Loading
+            | ApiError::Stopped
+            | ApiError::Draining
+            | ApiError::ShutDown { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -86,11 +120,21 @@ impl ApiError {
             | ApiError::NotAnObject
             | ApiError::BodyTooLarge { .. }
             | ApiError::BadParam { .. }
+            | ApiError::Unsupported { .. }
+            | ApiError::ReadTimeout { .. }
+            | ApiError::UnsupportedMediaType { .. }
             | ApiError::MethodNotAllowed { .. } => "invalid_request_error",
-            ApiError::ExceedContext { .. } => "exceed_context_size_error",
+            ApiError::ExceedContext { .. } | ApiError::ExceedContextWithCompletion { .. } => "exceed_context_size_error",
             ApiError::Unauthorized => "authentication_error",
             ApiError::NotFound { .. } => "not_found_error",
-            ApiError::QueueFull { .. } | ApiError::Loading | ApiError::Stopped => "unavailable_error",
+            ApiError::QueueFull { .. }
+            | ApiError::TooManyConnections { .. }
+            | ApiError::Loading
+            | ApiError::Stopped
+            | ApiError::Draining
+            | ApiError::ShutDown { .. } => {
+                "unavailable_error"
+            }
             ApiError::Timeout { .. } => "timeout_error",
             ApiError::Internal(_) => "server_error",
         }
@@ -100,18 +144,30 @@ impl ApiError {
     pub fn to_json(&self) -> Json {
         let param = match self {
             ApiError::BadParam { param, .. } => Json::String(param.clone()),
+            ApiError::Unsupported { field, .. } => Json::String(field.clone()),
+            ApiError::ExceedContextWithCompletion { .. } => json!("max_tokens"),
             _ => Json::Null,
         };
         let code = match self {
             ApiError::Unauthorized => json!("invalid_api_key"),
-            ApiError::ExceedContext { .. } => json!("context_length_exceeded"),
-            ApiError::QueueFull { .. } => json!("server_busy"),
+            ApiError::ExceedContext { .. } | ApiError::ExceedContextWithCompletion { .. } => json!("context_length_exceeded"),
+            ApiError::QueueFull { .. } | ApiError::TooManyConnections { .. } => json!("server_busy"),
+            ApiError::Unsupported { .. } => json!("unsupported_parameter"),
+            ApiError::Draining | ApiError::ShutDown { .. } => json!("server_shutting_down"),
             _ => Json::Null,
         };
         let mut err = json!({"message": self.to_string(), "type": self.kind(), "param": param, "code": code});
-        if let ApiError::ExceedContext { n_prompt_tokens, n_ctx } = self {
-            err["n_prompt_tokens"] = json!(n_prompt_tokens);
-            err["n_ctx"] = json!(n_ctx);
+        match self {
+            ApiError::ExceedContext { n_prompt_tokens, n_ctx } => {
+                err["n_prompt_tokens"] = json!(n_prompt_tokens);
+                err["n_ctx"] = json!(n_ctx);
+            }
+            ApiError::ExceedContextWithCompletion { n_prompt_tokens, max_tokens, n_ctx } => {
+                err["n_prompt_tokens"] = json!(n_prompt_tokens);
+                err["max_tokens"] = json!(max_tokens);
+                err["n_ctx"] = json!(n_ctx);
+            }
+            _ => {}
         }
         json!({ "error": err })
     }
@@ -120,7 +176,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status(), axum::Json(self.to_json())).into_response();
-        if matches!(self, ApiError::QueueFull { .. } | ApiError::Loading) {
+        if matches!(self, ApiError::QueueFull { .. } | ApiError::Loading | ApiError::Draining) {
             r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
         }
         r

@@ -29,6 +29,11 @@ pub struct Metrics {
     panics: AtomicU64,
     timeouts: AtomicU64,
     n_slots: AtomicUsize,
+    /// Connections open now, and those refused by `--max-connections`.
+    connections: AtomicUsize,
+    connections_refused: AtomicU64,
+    /// Requests still admitted (generating or queued): returns to 0 when the server is idle.
+    inside: AtomicUsize,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -88,6 +93,24 @@ impl Metrics {
         add(&self.timeouts, 1);
     }
 
+    pub fn connection_opened(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn connection_refused(&self) {
+        add(&self.connections_refused, 1);
+    }
+
+    /// Requests inside the server ([`super::admission::Admission::inside`]), as of the
+    /// render.
+    pub fn set_inside(&self, n: usize) {
+        self.inside.store(n, Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -133,6 +156,9 @@ impl Metrics {
         metric("cancelled_total", "counter", "Generations stopped because the client went away.", &one(load(&self.cancelled).to_string()));
         metric("timeouts_total", "counter", "Requests stopped by --timeout.", &one(load(&self.timeouts).to_string()));
         metric("panics_total", "counter", "Panics caught inside inference.", &one(load(&self.panics).to_string()));
+        metric("connections_open", "gauge", "HTTP connections open.", &one(self.connections.load(Ordering::Relaxed).to_string()));
+        metric("connections_refused_total", "counter", "Connections refused by --max-connections.", &one(load(&self.connections_refused).to_string()));
+        metric("requests_inside", "gauge", "Generation requests admitted (generating or queued).", &one(self.inside.load(Ordering::Relaxed).to_string()));
         s
     }
 }

@@ -6,6 +6,8 @@
 //! - [`openai`]: `/v1/chat/completions` and `/v1/completions`; [`request`] reads their
 //!   bodies ([`fields`] has the typed reads), [`response`] and [`stream`] write them, and
 //!   [`tools`] finds tool calls in answers;
+//! - [`listener`]: the accept loop and its limits (connections, header/body/idle timeouts),
+//!   and the drain on shutdown; [`lifecycle`]: serving, draining, shut;
 //! - [`admission`]: the bound on requests inside the server (`--slots` + `--queue`);
 //! - [`scheduler`]: the inference thread, which interleaves the [`slot`]s' forward passes;
 //! - [`metrics`]: the Prometheus counters; [`error`]: errors in the OpenAI shape.
@@ -15,6 +17,8 @@
 pub mod admission;
 pub mod error;
 pub mod fields;
+pub mod lifecycle;
+pub mod listener;
 pub mod metrics;
 pub mod openai;
 pub mod request;
@@ -28,6 +32,8 @@ pub mod tools;
 
 pub use error::{ApiError, ServeError};
 pub use state::{AppState, ServeConfig};
+
+use std::time::Duration;
 
 /// Runs the server until Ctrl-C / SIGTERM, or until the model fails to load.
 pub fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
@@ -68,12 +74,12 @@ async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
             let _ = failed_tx.send(e);
         }
     });
-    let app = routes::router(st);
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = stop_rx.await;
-    });
-    let server = tokio::spawn(async move { server.await });
+    let app = routes::router(st.clone());
+    let limits = listener::ConnLimits {
+        max_connections: st.cfg.max_connections,
+        read_timeout: Duration::from_secs(st.cfg.read_timeout_secs),
+        idle_timeout: Duration::from_secs(st.cfg.idle_timeout_secs),
+    };
     // The sender is dropped without a message when the model loads.
     let load_failed = async {
         match failed_rx.await {
@@ -81,20 +87,35 @@ async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
             Err(_) => std::future::pending().await,
         }
     };
-    let outcome = tokio::select! {
-        e = load_failed => Some(e),
-        _ = shutdown_signal() => None,
+    // Accepting ends at SIGTERM / Ctrl-C, or when the model fails to load.
+    let (outcome_tx, outcome_rx) = tokio::sync::oneshot::channel::<Option<ServeError>>();
+    let lc = st.clone();
+    let stop = async move {
+        let outcome = tokio::select! {
+            e = load_failed => Some(e),
+            _ = shutdown_signal() => None,
+        };
+        // No new generations from here on; /health says so.
+        lc.lifecycle.start_draining();
+        let _ = outcome_tx.send(outcome);
     };
-    let _ = stop_tx.send(());
-    // In-flight streams could hold the graceful shutdown open; do not wait for them long.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), server).await;
-    match outcome {
-        Some(e) => Err(e),
-        None => {
-            eprintln!("minfer serve: stopped");
-            Ok(())
-        }
+    let acceptor = listener::Acceptor::new(listener, app, st.clone(), limits);
+    let open = acceptor.serve_until(stop).await;
+    let outcome = outcome_rx.await.ok().flatten();
+    if let Some(e) = outcome {
+        return Err(e);
     }
+    tokio::spawn(acceptor.serve_draining());
+    let inside = st.admission.inside();
+    let drain = Duration::from_secs(st.cfg.drain_timeout_secs);
+    eprintln!("minfer serve: draining: {inside} requests in flight, up to {} s", drain.as_secs());
+    let clean = listener::drain(open, &st, drain, Duration::from_secs(3)).await;
+    if clean {
+        eprintln!("minfer serve: stopped");
+    } else {
+        eprintln!("minfer serve: stopped; the generations still running after --drain-timeout were ended");
+    }
+    Ok(())
 }
 
 /// Ctrl-C or SIGTERM (`minfer viz` shares it).

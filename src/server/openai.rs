@@ -1,12 +1,15 @@
 //! `POST /v1/chat/completions` and `POST /v1/completions`.
 //!
-//! Order of work per request: admission (503 when full, before anything is parsed or
-//! tokenized), the body, the prompt (template render and tokenization off the async runtime),
-//! the context check (400 `exceed_context_size_error`, also for streams: nothing is sent
-//! before the first result), then the request goes to the inference thread. A stream's
+//! Order of work per request: the drain check (503 once SIGTERM came), admission (503 when
+//! full, before anything is parsed or tokenized), the body, the prompt (template render and
+//! tokenization off the async runtime), the context check — the prompt, and the prompt plus
+//! `max_tokens`, against the slot's context (400 `exceed_context_size_error`, also for
+//! streams: nothing is sent before the first result) — then the request goes to the
+//! inference thread. A stream's
 //! status line waits for the first event, so an error in prefill is still a plain error
 //! response.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +18,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
-use tokio::sync::mpsc::unbounded_channel;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 use super::admission::Ticket;
 use super::error::{ApiError, bounded_to};
@@ -24,7 +27,7 @@ use super::request::{GenOptions, Prompt, chat_request, completion_request};
 use super::response::{Api, Logprobs, Meta, new_id};
 use super::slot::{Event, Job};
 use super::state::{AppState, Loaded, unix_now};
-use super::stream::EventStream;
+use super::stream::{EventStream, ShutSignal, StreamOptions};
 use super::tools::ToolCallSplitter;
 use crate::generate::GenerateParams;
 
@@ -60,6 +63,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
 pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let r = async {
         let m = st.model()?;
+        if st.lifecycle.draining() {
+            return Err(ApiError::Draining);
+        }
         let ticket = st.admission.try_admit()?;
         let req = chat_request(&parse_object(&body_bytes(body)?)?, m.n_vocab)?;
         let template = m.template.clone().ok_or_else(|| {
@@ -84,6 +90,9 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Byte
 pub async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let r = async {
         let m = st.model()?;
+        if st.lifecycle.draining() {
+            return Err(ApiError::Draining);
+        }
         let ticket = st.admission.try_admit()?;
         let req = completion_request(&parse_object(&body_bytes(body)?)?, m.n_vocab)?;
         let tok = m.tok.clone();
@@ -103,9 +112,24 @@ pub async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, By
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// The generation's next event; `ShutDown` once the server's drain has timed out.
+async fn next_event(
+    rx: &mut UnboundedReceiver<Event>,
+    shut: &mut Pin<Box<dyn Future<Output = ()> + Send>>,
+    drain_secs: u64,
+) -> Result<Option<Event>, ApiError> {
+    tokio::select! {
+        ev = rx.recv() => Ok(ev),
+        _ = shut => Err(ApiError::ShutDown { secs: drain_secs }),
+    }
+}
+
 async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: Api) -> Result<Response, ApiError> {
     if p.ids.len() > m.n_ctx_slot {
         return Err(ApiError::ExceedContext { n_prompt_tokens: p.ids.len(), n_ctx: m.n_ctx_slot });
+    }
+    if let Some(max_tokens) = p.opts.max_tokens.filter(|&n| p.ids.len() + n > m.n_ctx_slot) {
+        return Err(ApiError::ExceedContextWithCompletion { n_prompt_tokens: p.ids.len(), max_tokens, n_ctx: m.n_ctx_slot });
     }
     let timeout = st.cfg.timeout_secs;
     let params = GenerateParams {
@@ -130,20 +154,23 @@ async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: A
     })?;
     let meta = Meta { id: new_id(api), created: unix_now(), model: m.model_id.clone(), api };
     let prefix = if p.echo { p.text } else { String::new() };
+    let drain_secs = st.cfg.drain_timeout_secs;
+    let mut shut: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(st.lifecycle.until_shut());
     if p.opts.stream {
         // Nothing is sent before the first event: an error in prefill is a plain response.
-        let first = rx.recv().await.ok_or_else(|| ApiError::Internal("the generation ended without a result".into()))?;
+        let first = next_event(&mut rx, &mut shut, drain_secs).await?.ok_or_else(|| ApiError::Internal("the generation ended without a result".into()))?;
         if let Event::Failed(e) = first {
             return Err(e);
         }
-        let mut s = EventStream::new(rx, m.tok.clone(), meta, p.opts.include_usage, &prefix, p.tools);
+        let opts = StreamOptions { include_usage: p.opts.include_usage, prefix, tools: p.tools };
+        let mut s = EventStream::new(rx, m.tok.clone(), meta, opts, ShutSignal { shut, drain_secs });
         s.push(first);
         return Ok(s.into_response());
     }
     let mut text = prefix;
     let mut logprobs = Logprobs::default();
     let offset0 = text.len();
-    while let Some(ev) = rx.recv().await {
+    while let Some(ev) = next_event(&mut rx, &mut shut, drain_secs).await? {
         match ev {
             Event::Token(t) => {
                 text.push_str(&t.text);

@@ -1,8 +1,9 @@
 //! The bodies of `/v1/chat/completions` and `/v1/completions`, read into typed requests.
 //!
-//! Unknown fields are ignored (OpenAI clients send `user`, `metadata`, ...), as llama-server
-//! does; a known field with a wrong type or an out-of-range value, or a value minfer cannot
-//! honour (`n` > 1, `response_format` json), is a 400 naming the parameter.
+//! Every field is read or refused: a field minfer does not implement (llama-server's
+//! `grammar` and `json_schema`, OpenAI's `metadata`, a typo) is a 400 naming it, never
+//! silently ignored; so is a known field with a wrong type or an out-of-range value, or a
+//! value minfer cannot honour (`n` > 1, `response_format` json). A `null` field is absent.
 
 use serde_json::{Map, Value as Json};
 
@@ -17,6 +18,35 @@ pub const MAX_STOPS: usize = 16;
 pub const MAX_STOP_BYTES: usize = 1024;
 /// Most alternatives `top_logprobs` / `logprobs` may ask for.
 pub const MAX_TOP_LOGPROBS: i64 = 20;
+
+/// The fields both endpoints read (OpenAI's names, and llama-server's sampling extensions).
+/// `user` is OpenAI's end-user id for abuse monitoring: taken, and nothing to do with it.
+const GEN_FIELDS: &[&str] = &[
+    "model", "user", "n", "max_tokens", "max_completion_tokens", "temperature", "top_k", "top_p", "min_p",
+    "repeat_penalty", "presence_penalty", "frequency_penalty", "repeat_last_n", "seed", "logit_bias", "stream",
+    "stream_options", "logprobs", "top_logprobs", "stop",
+];
+/// The fields only `/v1/chat/completions` reads.
+const CHAT_FIELDS: &[&str] = &["messages", "tools", "tool_choice", "response_format", "chat_template_kwargs"];
+/// The fields only `/v1/completions` reads.
+const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "best_of", "suffix"];
+/// Fields other servers implement that minfer does not yet, with what to say about them.
+const NOT_YET: &[(&str, &str)] = &[
+    ("grammar", ": grammar-constrained output is not implemented"),
+    ("json_schema", ": structured output is not implemented"),
+    ("parallel_tool_calls", ": tool calls are parsed from the answer, never forced or limited"),
+    ("functions", ": use 'tools'"),
+    ("function_call", ": use 'tool_choice'"),
+];
+
+/// The first field of `body` that is neither in `known` sets nor null, as a 400.
+fn refuse_unknown(body: &Map<String, Json>, known: &[&[&str]]) -> Result<(), ApiError> {
+    let Some(field) = body.iter().find(|(k, v)| !v.is_null() && !known.iter().any(|set| set.contains(&k.as_str()))).map(|(k, _)| k) else {
+        return Ok(());
+    };
+    let why = NOT_YET.iter().find(|(name, _)| name == field).map_or(" (unknown or not implemented field)", |(_, why)| why);
+    Err(ApiError::Unsupported { field: super::error::bounded(field), why })
+}
 
 /// What both endpoints share: sampling, limits, streaming.
 #[derive(Debug, Clone, PartialEq)]
@@ -236,6 +266,7 @@ fn message(i: usize, v: &Json) -> Result<ChatMessage, ApiError> {
 }
 
 pub fn chat_request(body: &Map<String, Json>, n_vocab: usize) -> Result<ChatCompletionRequest, ApiError> {
+    refuse_unknown(body, &[GEN_FIELDS, CHAT_FIELDS])?;
     let f = Fields::new(body);
     let messages = match f.get("messages") {
         None => return Err(ApiError::param("messages", "is required")),
@@ -275,6 +306,7 @@ pub fn token_ids(param: &str, items: &[Json], n_vocab: usize) -> Result<Vec<u32>
 }
 
 pub fn completion_request(body: &Map<String, Json>, n_vocab: usize) -> Result<CompletionRequest, ApiError> {
+    refuse_unknown(body, &[GEN_FIELDS, COMPLETION_FIELDS])?;
     let f = Fields::new(body);
     let one = "must be a string, an array of token ids, or a list holding one of those";
     let prompt = match f.get("prompt") {
@@ -347,6 +379,33 @@ mod tests {
         assert_eq!(seed(json!(u64::MAX)), u64::MAX);
         assert_eq!(seed(json!(-1)), u64::MAX);
         assert_ne!(seed(json!(u64::MAX - 1)), seed(json!(u64::MAX)));
+    }
+
+    /// Fields minfer does not implement are refused by name (an independent list: what
+    /// llama-server and OpenAI accept and minfer does not), nulls count as absent.
+    #[test]
+    fn unimplemented_fields_are_refused_by_name() {
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        for field in ["grammar", "json_schema", "metadata", "store", "n_probs", "temprature", "parallel_tool_calls", "mirostat"] {
+            let mut body = json!({"messages": msgs, "max_tokens": 3});
+            body[field] = json!("x");
+            let e = chat(body).unwrap_err();
+            assert!(matches!(&e, ApiError::Unsupported { field: f, .. } if f == field), "{field}: {e:?}");
+            assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST);
+            assert_eq!(e.to_json()["error"]["param"], field);
+            assert!(e.to_string().starts_with(&format!("'{field}' is not supported")), "{e}");
+            let c = completion_request(json!({"prompt": "x", field: 1}).as_object().unwrap(), 1000).unwrap_err();
+            assert!(matches!(c, ApiError::Unsupported { .. }), "{field}");
+        }
+        // Each endpoint's own fields are not the other's.
+        assert!(matches!(chat(json!({"messages": msgs, "echo": true})).unwrap_err(), ApiError::Unsupported { .. }));
+        let c = completion_request(json!({"prompt": "x", "messages": msgs}).as_object().unwrap(), 1000).unwrap_err();
+        assert!(matches!(c, ApiError::Unsupported { .. }));
+        assert!(chat(json!({"messages": msgs, "grammar": null, "user": "u-1", "model": "m"})).is_ok());
+        // A long unknown name is cut in the message.
+        let long = "z".repeat(10_000);
+        let e = chat(json!({"messages": msgs, long.clone(): 1})).unwrap_err();
+        assert!(e.to_string().len() < 300, "{}", e.to_string().len());
     }
 
     #[test]

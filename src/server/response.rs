@@ -205,6 +205,15 @@ impl Meta {
         v
     }
 
+    /// The last chunk of a stream ended by the server's shutdown: `finish_reason` `"shutdown"`.
+    pub fn shutdown_chunk(&self, include_usage: bool) -> Json {
+        let choice = match self.api {
+            Api::Chat => json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "shutdown"}),
+            Api::Completion => json!({"index": 0, "text": "", "logprobs": null, "finish_reason": "shutdown"}),
+        };
+        self.with_usage_slot(self.envelope(true, json!([choice])), include_usage)
+    }
+
     /// With `stream_options.include_usage`: the last chunk, no choices, the usage.
     pub fn usage_chunk(&self, f: &Finished) -> Json {
         let mut v = self.envelope(true, json!([]));

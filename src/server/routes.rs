@@ -41,9 +41,44 @@ pub fn router(st: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(handler_panicked))
+        .layer(from_fn_with_state(st.clone(), read_body_in_time))
         .layer(from_fn_with_state(st.clone(), count_status))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(st)
+}
+
+/// Bodies are JSON: a request that declares another media type (a form, plain text) is
+/// refused with 415 before its body is read. A request without `Content-Type` is taken as
+/// JSON, as llama-server takes it.
+fn wrong_content_type(headers: &HeaderMap) -> Option<ApiError> {
+    let ctype = headers.get(header::CONTENT_TYPE)?;
+    let Ok(text) = ctype.to_str() else { return Some(ApiError::UnsupportedMediaType { given: "(not ASCII)".into() }) };
+    let essence = text.split(';').next().unwrap_or("").trim();
+    let json = essence.eq_ignore_ascii_case("application/json") || essence.to_ascii_lowercase().ends_with("+json");
+    (!json).then(|| ApiError::UnsupportedMediaType { given: bounded(essence) })
+}
+
+/// Reads the whole body (at most [`BODY_LIMIT`] bytes) within `--read-timeout` before any
+/// handler runs, so a client that trickles its body is answered 408 and holds no admission
+/// ticket or slot while it does.
+async fn read_body_in_time(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(e) = wrong_content_type(req.headers()) {
+        return e.into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let secs = st.cfg.read_timeout_secs;
+    let read = axum::body::to_bytes(body, BODY_LIMIT);
+    let bytes = match tokio::time::timeout(std::time::Duration::from_secs(secs), read).await {
+        Err(_) => return ApiError::ReadTimeout { secs }.into_response(),
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return if too_large { ApiError::BodyTooLarge { limit: BODY_LIMIT } } else { ApiError::MalformedJson(format!("the body could not be read: {e}")) }
+                .into_response();
+        }
+        Ok(Ok(b)) => b,
+    };
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
 
 /// A panic in a handler (a bug: inference has its own guard) is a 500 in the OpenAI shape,
@@ -93,6 +128,10 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 }
 
 async fn health(State(st): State<Arc<AppState>>) -> Response {
+    if st.lifecycle.draining() {
+        let body = json!({"status": "draining", "error": ApiError::Draining.to_json()["error"]});
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, AxJson(body)).into_response();
+    }
     match st.model() {
         Ok(_) => AxJson(json!({"status": "ok"})).into_response(),
         Err(e) => e.into_response(),
@@ -100,6 +139,7 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    st.metrics.set_inside(st.admission.inside());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render()).into_response()
 }
 

@@ -42,7 +42,22 @@ pub struct ServeConfig {
     pub kv_type: crate::graph::KvType,
     /// Draft model for speculative decoding, and how it drafts.
     pub draft: Option<(PathBuf, DraftParams)>,
+    /// Time a connection has to send a request's headers (also the longest a kept-alive
+    /// connection may sit idle), and, after them, its body.
+    pub read_timeout_secs: u64,
+    /// A client that accepts no response bytes for this long is disconnected.
+    pub idle_timeout_secs: u64,
+    /// Open connections at most; one more is answered 503.
+    pub max_connections: usize,
+    /// On SIGTERM, how long generations in flight may take to finish.
+    pub drain_timeout_secs: u64,
 }
+
+/// Defaults of the connection limits (`minfer serve --read-timeout` etc.).
+pub const DEFAULT_READ_TIMEOUT_SECS: u64 = 10;
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 60;
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 512;
+pub const DEFAULT_DRAIN_TIMEOUT_SECS: u64 = 30;
 
 /// Per-slot context when none is given.
 pub const DEFAULT_SLOT_CTX: usize = 4096;
@@ -88,6 +103,7 @@ pub struct Loaded {
 
 pub struct AppState {
     pub cfg: ServeConfig,
+    pub lifecycle: super::lifecycle::Lifecycle,
     pub metrics: Arc<Metrics>,
     pub admission: Arc<Admission>,
     pub loaded: OnceLock<Loaded>,
@@ -100,7 +116,13 @@ pub fn unix_now() -> u64 {
 impl AppState {
     pub fn new(cfg: ServeConfig) -> Arc<AppState> {
         let admission = Admission::new(cfg.slots, cfg.queue);
-        Arc::new(AppState { cfg, metrics: Arc::new(Metrics::default()), admission, loaded: OnceLock::new() })
+        Arc::new(AppState {
+            cfg,
+            lifecycle: Default::default(),
+            metrics: Arc::new(Metrics::default()),
+            admission,
+            loaded: OnceLock::new(),
+        })
     }
 
     /// The loaded model, or 503 while it loads (or after its inference thread died).

@@ -4,10 +4,12 @@
 //! status line is already out), and the stream ends.
 //!
 //! When the client goes away, the body stream is dropped with the event receiver, and the
-//! slot sees the closed channel before its next forward pass.
+//! slot sees the closed channel before its next forward pass. When the server's drain times
+//! out, the stream ends with a chunk whose `finish_reason` is `"shutdown"` and an error event.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -22,6 +24,16 @@ use super::slot::Event;
 use super::tools::ToolCallSplitter;
 use crate::tokenizer::Tokenizer;
 
+/// What a stream shows besides the tokens.
+pub struct StreamOptions {
+    /// `stream_options.include_usage`: a last chunk with the usage.
+    pub include_usage: bool,
+    /// Text sent before the completion (completions' `echo`).
+    pub prefix: String,
+    /// Tools were offered: `<tool_call>` blocks become tool calls.
+    pub tools: bool,
+}
+
 pub struct EventStream {
     rx: UnboundedReceiver<Event>,
     tok: Arc<Tokenizer>,
@@ -35,6 +47,15 @@ pub struct EventStream {
     /// When the request offered tools: holds back `<tool_call>` blocks.
     tools: Option<ToolCallSplitter>,
     ended: bool,
+    /// Resolves when the server shuts down; `secs` is its `--drain-timeout`.
+    shut: Pin<Box<dyn Future<Output = ()> + Send>>,
+    drain_secs: u64,
+}
+
+/// How a stream learns that the server is shutting down.
+pub struct ShutSignal {
+    pub shut: Pin<Box<dyn Future<Output = ()> + Send>>,
+    pub drain_secs: u64,
 }
 
 fn frame(v: &Json) -> Bytes {
@@ -42,10 +63,24 @@ fn frame(v: &Json) -> Bytes {
 }
 
 impl EventStream {
-    /// A stream that starts with `prefix` text (completions' `echo`); `tools`: parse tool calls.
-    pub fn new(rx: UnboundedReceiver<Event>, tok: Arc<Tokenizer>, meta: Meta, include_usage: bool, prefix: &str, tools: bool) -> EventStream {
+    /// A stream of `rx`'s events.
+    pub fn new(rx: UnboundedReceiver<Event>, tok: Arc<Tokenizer>, meta: Meta, opts: StreamOptions, shut: ShutSignal) -> EventStream {
+        let StreamOptions { include_usage, prefix, tools } = opts;
         let tools = tools.then(ToolCallSplitter::default);
-        let mut s = EventStream { rx, tok, meta, include_usage, frames: VecDeque::new(), role_sent: false, offset: 0, tools, ended: false };
+        let mut s = EventStream {
+            rx,
+            tok,
+            meta,
+            include_usage,
+            frames: VecDeque::new(),
+            role_sent: false,
+            offset: 0,
+            tools,
+            ended: false,
+            shut: shut.shut,
+            drain_secs: shut.drain_secs,
+        };
+        let prefix = prefix.as_str();
         if !prefix.is_empty() {
             s.text_frame(prefix, None);
         }
@@ -106,9 +141,15 @@ impl EventStream {
             if self.ended {
                 return None;
             }
-            match self.rx.recv().await {
-                Some(ev) => self.push(ev),
-                None => self.fail(ApiError::Internal("the generation ended without a result".into())),
+            tokio::select! {
+                ev = self.rx.recv() => match ev {
+                    Some(ev) => self.push(ev),
+                    None => self.fail(ApiError::Internal("the generation ended without a result".into())),
+                },
+                _ = &mut self.shut => {
+                    self.frames.push_back(frame(&self.meta.shutdown_chunk(self.include_usage)));
+                    self.fail(ApiError::ShutDown { secs: self.drain_secs });
+                }
             }
         }
     }
