@@ -12,8 +12,13 @@ pub enum Limit {
     /// The per-render instruction/memory budget ran out (a loop that runs too long, output that
     /// grows too large).
     Fuel,
-    /// Macro calls, recursive loops or nested data went too deep.
+    /// Macro calls, recursive loops, nested data or the template source's own nesting went
+    /// too deep.
     Recursion,
+    /// One value was asked to be larger than the engine ever builds (a `range` of more than
+    /// 100 000 items, a string or list repeated past 100 million items), refused before any
+    /// work is done.
+    Size,
 }
 
 impl fmt::Display for Limit {
@@ -21,6 +26,7 @@ impl fmt::Display for Limit {
         f.write_str(match self {
             Limit::Fuel => "fuel",
             Limit::Recursion => "recursion",
+            Limit::Size => "size",
         })
     }
 }

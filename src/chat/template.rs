@@ -158,6 +158,24 @@ fn build_environment(limits: Limits) -> Result<Environment<'static>, Error> {
     Ok(env)
 }
 
+/// The limit behind one of MiniJinja's own refusals, which it reports as plain syntax or
+/// invalid-operation errors: its parser's nesting bound, its runtime recursion limit, and its
+/// caps on `range` and on repetition (`'x' * 10**12`). Matched by message, as MiniJinja has no
+/// error kind for them; should a message change, the error stays an error, only classified as
+/// [`TemplateError::Syntax`] / [`TemplateError::Render`] (tests/reliability_templates.rs would
+/// notice).
+fn engine_limit(message: &str) -> Option<Limit> {
+    const RECURSION: [&str; 2] = ["recursion limit exceeded", "template exceeds maximum recursion limits"];
+    const SIZE: [&str; 3] = ["range has too many elements", "repeated string is too large", "repeated sequence is too large"];
+    if RECURSION.iter().any(|m| message.contains(m)) {
+        Some(Limit::Recursion)
+    } else if SIZE.iter().any(|m| message.contains(m)) {
+        Some(Limit::Size)
+    } else {
+        None
+    }
+}
+
 /// Turns an engine error into a [`TemplateError`] that names the template and line.
 fn convert_error(name: &str, err: &Error) -> TemplateError {
     let template = err.name().unwrap_or(name).to_string();
@@ -191,6 +209,14 @@ fn convert_error(name: &str, err: &Error) -> TemplateError {
         format!("{kind}: {detail}")
     };
     let detail_or_kind = if detail.is_empty() { kind } else { detail };
+    if let Some(limit) = engine_limit(&detail_or_kind) {
+        return TemplateError::LimitExceeded {
+            template,
+            line,
+            limit,
+            message: detail_or_kind,
+        };
+    }
     match err.kind() {
         ErrorKind::SyntaxError => TemplateError::Syntax {
             template,
@@ -201,12 +227,6 @@ fn convert_error(name: &str, err: &Error) -> TemplateError {
             template,
             line,
             limit: Limit::Fuel,
-            message: detail_or_kind,
-        },
-        _ if detail_or_kind.contains("recursion limit exceeded") => TemplateError::LimitExceeded {
-            template,
-            line,
-            limit: Limit::Recursion,
             message: detail_or_kind,
         },
         _ => TemplateError::Render {

@@ -1,6 +1,7 @@
 //! Text generation: sampling, stop conditions, and the prefill → decode loop.
 
 mod conversation;
+pub mod durable;
 mod engine;
 mod logprobs;
 mod rng;
@@ -12,6 +13,7 @@ mod stop;
 pub mod trace;
 
 pub use conversation::{Conversation, ConversationError, ConversationParams, Turn, TurnStats};
+pub use durable::{AtomicFile, AtomicWrite, DurableError, write_atomic};
 pub use engine::kv::KvSnapshot;
 pub use engine::{Engine, EngineError, EngineParams, EngineShared, EvalInfo, NodeDump, default_threads, trace_from_env};
 pub use rng::SampleRng;

@@ -15,9 +15,13 @@
 //! Reading checks the checksum first, then every header field, before anything is restored:
 //! a file from another model, truncated, of another version or corrupted is an error and the
 //! conversation it was meant for is left as it was.
+//!
+//! Saving goes through [`super::durable`]: the file under the name is the old session or the
+//! complete new one, even when the disk fills or the process dies mid-save.
 
 use std::path::{Path, PathBuf};
 
+use super::durable::{AtomicWrite, DurableError};
 use super::engine::kv::KvSnapshot;
 use crate::graph::KvType;
 use crate::chat::ChatMessage;
@@ -32,6 +36,9 @@ pub const BACKEND_CPU: u32 = 0;
 pub enum SessionError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// Saving failed; the file under the name, if any, is the previous session.
+    #[error(transparent)]
+    Save(#[from] DurableError),
     #[error("not a minfer session file (no MINFERKV magic)")]
     NotASession,
     #[error("session file version {found}, this minfer reads version {supported}")]
@@ -221,12 +228,16 @@ impl Session {
         Ok(Session { fingerprint, backend, keep, kv, dropped, messages })
     }
 
+    /// Writes the session to `path` atomically and durably ([`super::durable`]).
     pub fn save(&self, path: &Path) -> Result<(), SessionError> {
-        let io = |source| SessionError::Io { path: path.to_path_buf(), source };
-        // Written beside and renamed, so a failed save leaves no half file under the name.
-        let tmp = path.with_extension("partial");
-        std::fs::write(&tmp, self.encode()?).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        self.save_with(path, &AtomicWrite::default())
+    }
+
+    /// [`save`](Self::save) with explicit write settings (tests inject failures through them).
+    pub fn save_with(&self, path: &Path, how: &AtomicWrite) -> Result<(), SessionError> {
+        let bytes = self.encode()?;
+        how.write(path, |w| w.write_all(&bytes))?;
+        Ok(())
     }
 
     pub fn load(path: &Path) -> Result<Session, SessionError> {

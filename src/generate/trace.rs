@@ -16,14 +16,20 @@
 //! `logits_top` is the prediction from it. `docs/minfer-trace.schema.json` is the schema.
 //!
 //! A sink sees the same data as it is captured ([`TraceEvent`]); `minfer viz` streams it.
+//!
+//! The file is written through [`super::durable`]: [`TraceOptions::create`] opens its
+//! temporary file before the run (so a trace that could not be saved fails the run before it
+//! computes anything), and [`TraceRecorder::write`] renames it into place once complete, so an
+//! earlier trace under the name survives a failed write and no reader sees half a trace.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
 use crate::graph::{CNode, ComputeGraph, DEFAULT_TRACE_VALUES, GraphParams, GraphType, NodeTrace};
 use crate::models::Model;
+use super::durable::{AtomicFile, AtomicWrite, DurableError};
 use super::sampler::top_logits;
 use crate::tokenizer::Tokenizer;
 
@@ -36,8 +42,9 @@ pub const LOGITS_TOP: usize = 10;
 pub enum TraceError {
     #[error("MINFER_TRACE_VALUES={value:?}: expected the number of values kept per node (at least 1)")]
     BadValues { value: String },
-    #[error("cannot write trace {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    /// The error names the trace file.
+    #[error("cannot write trace {0}")]
+    Write(#[from] DurableError),
 }
 
 /// `MINFER_TRACE=PATH` (where the trace is written) and `MINFER_TRACE_VALUES=N` (samples per
@@ -69,10 +76,17 @@ impl TraceOptions {
         }
     }
 
-    /// Creates (truncates) the trace file: a run that could not save its trace fails before it
-    /// computes anything.
-    pub fn create(&self) -> Result<std::fs::File, TraceError> {
-        std::fs::File::create(&self.path).map_err(|source| TraceError::Write { path: self.path.clone(), source })
+    /// Opens the trace's temporary file beside [`path`](Self::path): a run that could not save
+    /// its trace fails before it computes anything. The file appears under `path` only when
+    /// [`TraceRecorder::write`] completes.
+    pub fn create(&self) -> Result<AtomicFile, TraceError> {
+        self.create_with(&AtomicWrite::default())
+    }
+
+    /// [`create`](Self::create) with explicit write settings (tests inject failures through
+    /// them).
+    pub fn create_with(&self, how: &AtomicWrite) -> Result<AtomicFile, TraceError> {
+        Ok(how.create(&self.path)?)
     }
 }
 
@@ -258,13 +272,11 @@ impl TraceRecorder {
         out
     }
 
-    /// Writes [`write_json`](Self::write_json) to `file` (opened by [`TraceOptions::create`];
-    /// `path` names it in errors).
-    pub fn write(&self, file: std::fs::File, path: &Path, model: &str, prompt: &str, tok: &Tokenizer) -> Result<(), TraceError> {
-        let err = |source| TraceError::Write { path: path.to_path_buf(), source };
-        let mut w = std::io::BufWriter::new(file);
-        self.write_json(&mut w, model, prompt, tok).map_err(err)?;
-        w.flush().map_err(err)
+    /// Writes [`write_json`](Self::write_json) into `file` (opened by [`TraceOptions::create`])
+    /// and renames it over its target; on an error the target is left as it was.
+    pub fn write(&self, file: AtomicFile, model: &str, prompt: &str, tok: &Tokenizer) -> Result<(), TraceError> {
+        file.commit_with(|w| self.write_json(w, model, prompt, tok))?;
+        Ok(())
     }
 }
 

@@ -45,7 +45,8 @@ fn refuse_unknown(body: &Map<String, Json>, known: &[&[&str]]) -> Result<(), Api
         return Ok(());
     };
     let why = NOT_YET.iter().find(|(name, _)| name == field).map_or(" (unknown or not implemented field)", |(_, why)| why);
-    Err(ApiError::Unsupported { field: super::error::bounded(field), why })
+    // Escaped: a client's field name may hold a newline, and errors are one line.
+    Err(ApiError::Unsupported { field: super::error::bounded(&field.escape_debug().to_string()), why })
 }
 
 /// What both endpoints share: sampling, limits, streaming.
@@ -402,10 +403,12 @@ mod tests {
         let c = completion_request(json!({"prompt": "x", "messages": msgs}).as_object().unwrap(), 1000).unwrap_err();
         assert!(matches!(c, ApiError::Unsupported { .. }));
         assert!(chat(json!({"messages": msgs, "grammar": null, "user": "u-1", "model": "m"})).is_ok());
-        // A long unknown name is cut in the message.
+        // A long unknown name is cut in the message, a newline in it escaped.
         let long = "z".repeat(10_000);
         let e = chat(json!({"messages": msgs, long.clone(): 1})).unwrap_err();
         assert!(e.to_string().len() < 300, "{}", e.to_string().len());
+        let e = chat(json!({"messages": msgs, "a\nb": 1})).unwrap_err();
+        assert_eq!(e.to_string(), "'a\\nb' is not supported by this server (unknown or not implemented field)");
     }
 
     #[test]
