@@ -9,11 +9,10 @@
 //! Each case prints one line (`template-case NAME MS KIND`) for docs/RELIABILITY.md.
 
 mod common;
+#[path = "reliability/http.rs"]
+mod http;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use minfer::chat::{ChatMessage, ChatTemplate, Limit, RenderOptions, TemplateError};
@@ -204,63 +203,10 @@ fn with_template(model: &Path, template: &str, out: &Path) {
     }
 }
 
-/// A `minfer serve` child process, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server(model: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_minfer"))
-        .args(["serve", "-m", model.to_str().unwrap(), "--port", "0", "-t", "1", "--slots", "1", "--ctx", "512"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    // Keeps reading after the port is known, so that the server never blocks on a full pipe.
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[serve] {line}");
-            if let Some(rest) = line.split("listening on http://").nth(1)
-                && let Some(port) = rest.split([':', ' ']).nth(1).and_then(|p| p.parse::<u16>().ok())
-            {
-                let _ = tx.send(port);
-            }
-        }
-    });
-    let port = rx.recv_timeout(Duration::from_secs(30)).expect("the server prints its port");
-    let server = Server { child, port };
-    let start = Instant::now();
-    while request(port, "GET", "/health", "").0 != 200 {
-        assert!(start.elapsed() < Duration::from_secs(60), "the model did not load within 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    server
-}
-
-/// One HTTP/1.1 request; returns the status and the body as JSON (or a JSON string).
+/// One request; the status and the body as JSON.
 fn request(port: u16, method: &str, path: &str, body: &str) -> (u16, Json) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let status: u16 = resp[9..12].parse().unwrap();
-    let body = &resp[resp.find("\r\n\r\n").unwrap() + 4..];
-    (status, serde_json::from_str(body).unwrap_or_else(|_| Json::String(body.to_string())))
+    let r = http::request(port, method, path, &[("Content-Type", "application/json")], body.as_bytes(), Duration::from_secs(30)).unwrap();
+    (r.status, r.json())
 }
 
 #[test]
@@ -270,7 +216,7 @@ fn a_server_whose_model_has_a_hostile_template_refuses_chat_quickly_and_keeps_se
     let model: PathBuf = dir.join("qwen3-tiny-hostile.gguf");
     let (name, source, _) = cases().into_iter().find(|c| c.0 == "nested-loops").unwrap();
     with_template(&common::model_path(common::QWEN3_TINY), &source, &model);
-    let server = start_server(&model);
+    let server = http::Server::start(&model, &["-t", "1", "--slots", "1", "--ctx", "512"]);
     let chat = r#"{"messages": [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hello!"}], "max_tokens": 4}"#;
     for attempt in 0..2 {
         let start = Instant::now();

@@ -4,31 +4,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use minfer::server::ApiError;
 use minfer::server::fields::parse_object;
-use minfer::server::request::{GenOptions, MAX_STOP_BYTES, MAX_STOPS, MAX_TOP_LOGPROBS, chat_request, completion_request};
+use minfer::server::request::{chat_request, completion_request};
+
+#[path = "../../tests/common/http_request_checks.rs"]
+mod checks;
+use checks::{check_error, check_opts};
 
 /// A vocabulary of one token (every bias bans everything) and Qwen2's.
 const VOCABS: [usize; 2] = [1, 151_936];
-
-fn check_error(e: &ApiError) {
-    let v = e.to_json();
-    let msg = e.to_string();
-    assert_eq!(v["error"]["message"].as_str(), Some(msg.as_str()));
-    assert_eq!(v["error"]["type"].as_str(), Some(e.kind()));
-    assert!(v["error"].get("param").is_some() && v["error"].get("code").is_some(), "{v}");
-    assert!(e.status().is_client_error(), "{e:?}");
-    assert!(!msg.contains('\n') && msg.len() < 4096, "{msg:?}");
-}
-
-fn check_opts(o: &GenOptions, n_vocab: usize) {
-    assert!(o.max_tokens.is_none_or(|n| n >= 1));
-    assert!(o.stop.len() <= MAX_STOPS && o.stop.iter().all(|s| s.len() <= MAX_STOP_BYTES));
-    assert!(o.n_probs.is_none_or(|n| n as i64 <= MAX_TOP_LOGPROBS));
-    assert!(!o.include_usage || o.stream, "include_usage without stream");
-    assert!(o.sampler.logit_bias.iter().all(|&(id, _)| (id as usize) < n_vocab));
-    assert!(o.sampler.validate().is_ok(), "{:?}", o.sampler);
-}
 
 fuzz_target!(|data: &[u8]| {
     let body = match parse_object(data) {

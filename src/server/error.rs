@@ -86,58 +86,41 @@ impl ApiError {
         ApiError::BadParam { param: param.into(), why: why.into() }
     }
 
-    pub fn status(&self) -> StatusCode {
+    /// The HTTP status and the OpenAI `type`, decided together.
+    fn class(&self) -> (StatusCode, &'static str) {
+        const INVALID: &str = "invalid_request_error";
+        const UNAVAILABLE: (StatusCode, &str) = (StatusCode::SERVICE_UNAVAILABLE, "unavailable_error");
         match self {
-            ApiError::MalformedJson(_)
-            | ApiError::NotAnObject
-            | ApiError::BadParam { .. }
-            | ApiError::Unsupported { .. }
-            | ApiError::ExceedContext { .. }
-            | ApiError::ExceedContextWithCompletion { .. } => StatusCode::BAD_REQUEST,
-            ApiError::ReadTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MalformedJson(_) | ApiError::NotAnObject | ApiError::BadParam { .. } | ApiError::Unsupported { .. } => {
+                (StatusCode::BAD_REQUEST, INVALID)
+            }
+            ApiError::ExceedContext { .. } | ApiError::ExceedContextWithCompletion { .. } => {
+                (StatusCode::BAD_REQUEST, "exceed_context_size_error")
+            }
+            ApiError::ReadTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, INVALID),
+            ApiError::UnsupportedMediaType { .. } => (StatusCode::UNSUPPORTED_MEDIA_TYPE, INVALID),
+            ApiError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, INVALID),
+            ApiError::MethodNotAllowed { .. } => (StatusCode::METHOD_NOT_ALLOWED, INVALID),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "authentication_error"),
+            ApiError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found_error"),
             ApiError::QueueFull { .. }
             | ApiError::TooManyConnections { .. }
             | ApiError::Loading
             | ApiError::Stopped
             | ApiError::Draining
-            | ApiError::ShutDown { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            | ApiError::ShutDown { .. } => UNAVAILABLE,
+            ApiError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "timeout_error"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
         }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.class().0
     }
 
     /// The OpenAI `type`.
     pub fn kind(&self) -> &'static str {
-        match self {
-            ApiError::MalformedJson(_)
-            | ApiError::NotAnObject
-            | ApiError::BodyTooLarge { .. }
-            | ApiError::BadParam { .. }
-            | ApiError::Unsupported { .. }
-            | ApiError::ReadTimeout { .. }
-            | ApiError::UnsupportedMediaType { .. }
-            | ApiError::MethodNotAllowed { .. } => "invalid_request_error",
-            ApiError::ExceedContext { .. } | ApiError::ExceedContextWithCompletion { .. } => "exceed_context_size_error",
-            ApiError::Unauthorized => "authentication_error",
-            ApiError::NotFound { .. } => "not_found_error",
-            ApiError::QueueFull { .. }
-            | ApiError::TooManyConnections { .. }
-            | ApiError::Loading
-            | ApiError::Stopped
-            | ApiError::Draining
-            | ApiError::ShutDown { .. } => {
-                "unavailable_error"
-            }
-            ApiError::Timeout { .. } => "timeout_error",
-            ApiError::Internal(_) => "server_error",
-        }
+        self.class().1
     }
 
     /// The `error` object.

@@ -1,6 +1,7 @@
 //! A small blocking HTTP/1.1 client for the reliability suite: whole requests, server-sent
 //! event streams read chunk by chunk (so a client can stop at any point), and a `minfer serve`
-//! child process with its stderr and peak memory.
+//! child process with its stderr and peak memory. Shared by two test files, each using a part.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;

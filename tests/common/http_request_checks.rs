@@ -1,0 +1,26 @@
+//! What a request body's reading must give, shared by the fuzz target
+//! (`fuzz/fuzz_targets/http_request.rs`) and its stable twin (`tests/http_request_fuzz.rs`):
+//! an error is a 4xx in the OpenAI shape with a one-line message, accepted options stay within
+//! the documented bounds.
+
+use minfer::server::ApiError;
+use minfer::server::request::{GenOptions, MAX_STOP_BYTES, MAX_STOPS, MAX_TOP_LOGPROBS};
+
+pub fn check_error(e: &ApiError) {
+    let v = e.to_json();
+    let msg = e.to_string();
+    assert_eq!(v["error"]["message"].as_str(), Some(msg.as_str()));
+    assert_eq!(v["error"]["type"].as_str(), Some(e.kind()));
+    assert!(v["error"].get("param").is_some() && v["error"].get("code").is_some(), "{v}");
+    assert!(e.status().is_client_error(), "{e:?}");
+    assert!(!msg.contains('\n') && msg.len() < 4096, "{msg:?}");
+}
+
+pub fn check_opts(o: &GenOptions, n_vocab: usize) {
+    assert!(o.max_tokens.is_none_or(|n| n >= 1));
+    assert!(o.stop.len() <= MAX_STOPS && o.stop.iter().all(|s| s.len() <= MAX_STOP_BYTES));
+    assert!(o.n_probs.is_none_or(|n| n as i64 <= MAX_TOP_LOGPROBS));
+    assert!(!o.include_usage || o.stream, "include_usage without stream");
+    assert!(o.sampler.logit_bias.iter().all(|&(id, _)| (id as usize) < n_vocab));
+    assert!(o.sampler.validate().is_ok(), "{:?}", o.sampler);
+}
