@@ -249,6 +249,45 @@ fn slowloris(report: &mut Report) {
     assert_eq!(inside, 0.0, "slow clients hold no admission ticket or slot");
 }
 
+/// A client that stops reading a stream: once the socket buffers are full and it has accepted
+/// nothing for `--idle-timeout`, it is disconnected and its generation stopped.
+fn stalled_reader(report: &mut Report) {
+    let idle = 2;
+    let srv = Server::start(&tiny(), &["--slots", "1", "-t", "2", "--idle-timeout", &idle.to_string()]);
+    let before = srv.metrics()["minfer_connections_open"];
+    // 20 alternatives per token make each event about 2 KB: 4000 of them overfill the buffers.
+    let body = json!({"prompt": "hi", "max_tokens": 4000, "stream": true, "temperature": 0, "logprobs": 20});
+    // A small receive buffer, so that the server's writes block soon after the client stops.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], srv.port)).into()).unwrap();
+    let mut s: std::net::TcpStream = sock.into();
+    use std::io::Write;
+    s.write_all(&http::request_bytes("POST", "/v1/completions", &[("Content-Type", "application/json")], body.to_string().as_bytes())).unwrap();
+    let t0 = Instant::now();
+    let mut m = srv.metrics();
+    while t0.elapsed() < Duration::from_secs(90) && (m["minfer_cancelled_total"] < 1.0 || m["minfer_slots_busy"] > 0.0) {
+        std::thread::sleep(Duration::from_millis(250));
+        m = srv.metrics();
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    // The server closed its side: the connection count is back (the metrics request's own
+    // connection is counted in both readings), and the client reads the end of the stream.
+    let open = srv.metrics()["minfer_connections_open"];
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut sink = Vec::new();
+    let closed = std::io::Read::read_to_end(&mut s, &mut sink).is_ok() || sink.is_empty();
+    report.say(format!(
+        "| stalled reader | a stream whose client never reads, --idle-timeout {idle} s | stopped after {} of 4000 tokens, {secs:.1} s after the request | connections open: {before} before, {open} after | slot free, cancelled {} |",
+        m["minfer_generated_tokens_total"], m["minfer_cancelled_total"]
+    ));
+    assert_eq!(m["minfer_cancelled_total"], 1.0, "the stalled stream's generation is cancelled: {m:?}");
+    assert!(m["minfer_generated_tokens_total"] < 4000.0, "{m:?}");
+    assert_eq!(m["minfer_slots_busy"], 0.0);
+    assert_eq!(open, before, "the stalled connection is closed");
+    assert!(closed, "the stalled connection ends (EOF or reset) once the client reads again");
+}
+
 /// Hostile bodies: each a 4xx in the OpenAI error shape, memory bounded, the server serving.
 fn floods(report: &mut Report) {
     let srv = Server::start(&tiny(), &["--slots", "2", "-t", "2"]);
@@ -319,29 +358,31 @@ fn floods(report: &mut Report) {
 /// SIGTERM while 8 streams run over 4 slots: short ones finish, the rest end with
 /// finish_reason "shutdown" (or a 503 when still queued), /health says draining, exit code 0.
 fn restart_under_load(report: &mut Report) {
-    let drain = 3;
+    let drain = 6;
     let mut srv = Server::start(&tiny(), &["--slots", "4", "-t", "2", "--drain-timeout", &drain.to_string()]);
     let port = srv.port;
     let results = Arc::new(Mutex::new(Vec::new()));
-    let handles: Vec<_> = (0..8)
-        .map(|i| {
-            let results = results.clone();
-            std::thread::spawn(move || {
-                // Two short ones (they finish within the drain), six that cannot.
-                let max_tokens = if i < 2 { 40 } else { 3500 };
-                let body = json!({"prompt": format!("Story {i}:"), "max_tokens": max_tokens, "temperature": 0, "stream": true});
-                let t0 = Instant::now();
-                let r = stream(port, "/v1/completions", &body, None, Duration::from_secs(30));
-                results.lock().unwrap().push((i, r, t0.elapsed().as_secs_f64()));
-            })
+    let start = |i: usize| {
+        let results = results.clone();
+        std::thread::spawn(move || {
+            // Two short ones (they finish within the drain), six that cannot.
+            let max_tokens = if i < 2 { 120 } else { 3500 };
+            let body = json!({"prompt": format!("Story {i}:"), "max_tokens": max_tokens, "temperature": 0, "stream": true});
+            let r = stream(port, "/v1/completions", &body, None, Duration::from_secs(30));
+            results.lock().unwrap().push((i, r, Instant::now()));
         })
-        .collect();
-    // Until every slot is generating.
-    let t0 = Instant::now();
-    while srv.metrics()["minfer_slots_busy"] < 4.0 && t0.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    };
+    let busy = |n: f64| {
+        let t0 = Instant::now();
+        while srv.metrics()["minfer_slots_busy"] < n && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    // The short ones take slots first, then the long ones fill the rest and the queue.
+    let mut handles: Vec<_> = (0..2).map(start).collect();
+    busy(2.0);
+    handles.extend((2..8).map(start));
+    busy(4.0);
     let signalled = Instant::now();
     srv.sigterm();
     std::thread::sleep(Duration::from_millis(300));
@@ -353,11 +394,14 @@ fn restart_under_load(report: &mut Report) {
         h.join().unwrap();
     }
     let results = results.lock().unwrap();
-    let (mut finished, mut shut, mut refused_queued) = (0, 0, 0);
-    for (i, r, secs) in results.iter() {
-        let s = r.as_ref().unwrap_or_else(|e| panic!("stream {i} failed after {secs:.1} s: {e}"));
+    let (mut finished, mut finished_in_drain, mut shut, mut refused_queued) = (0, 0, 0, 0);
+    for (i, r, ended) in results.iter() {
+        let s = r.as_ref().unwrap_or_else(|e| panic!("stream {i} failed: {e}"));
         match (s.status, s.finish_reason.as_deref()) {
-            (200, Some("length")) if s.done => finished += 1,
+            (200, Some("length")) if s.done => {
+                finished += 1;
+                finished_in_drain += usize::from(*ended > signalled);
+            }
             (200, Some("shutdown")) => {
                 assert!(s.error.as_ref().is_some_and(|e| e["error"]["code"] == "server_shutting_down"), "{s:?}");
                 shut += 1;
@@ -367,14 +411,14 @@ fn restart_under_load(report: &mut Report) {
         }
     }
     report.say(format!(
-        "| restart under load | SIGTERM with 8 streams on 4 slots, --drain-timeout {drain} s | {finished} finished, {shut} ended with finish_reason \"shutdown\" + error event, {refused_queued} queued answered 503 | /health while draining: {} {} | new request while draining: {} | exit {:?} after {exit_secs:.1} s |",
+        "| restart under load | SIGTERM with 8 streams on 4 slots, --drain-timeout {drain} s | {finished} finished ({finished_in_drain} of them after the signal), {shut} ended with finish_reason \"shutdown\" + error event, {refused_queued} queued answered 503 | /health while draining: {} {} | new request while draining: {} | exit {:?} after {exit_secs:.1} s |",
         health.status,
         health.json()["status"],
         refused.status,
         code.code(),
     ));
     assert_eq!(code.code(), Some(0));
-    assert_eq!(finished, 2, "the short streams finish during the drain");
+    assert_eq!((finished, finished_in_drain), (2, 2), "the short streams finish during the drain");
     assert_eq!(finished + shut + refused_queued, 8);
     assert!(shut >= 2, "the long streams are ended by the drain timeout");
     assert_eq!((health.status, health.json()["status"].as_str()), (503, Some("draining")));
@@ -390,6 +434,7 @@ fn server_reliability_suite() {
     let t0 = Instant::now();
     load(&mut report);
     slowloris(&mut report);
+    stalled_reader(&mut report);
     floods(&mut report);
     restart_under_load(&mut report);
     report.say(format!("suite: {:.0} s", t0.elapsed().as_secs_f64()));

@@ -70,6 +70,8 @@ pub enum ApiError {
     QueueFull { slots: usize, queued: usize, queue: usize },
     #[error("too many open connections (--max-connections {max}); retry later")]
     TooManyConnections { max: usize },
+    #[error("the server is busy: {0}; retry later")]
+    Busy(&'static str),
     #[error("the model is loading")]
     Loading,
     #[error("the inference thread has stopped after a fault; restart the server")]
@@ -105,6 +107,7 @@ impl ApiError {
             ApiError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found_error"),
             ApiError::QueueFull { .. }
             | ApiError::TooManyConnections { .. }
+            | ApiError::Busy(_)
             | ApiError::Loading
             | ApiError::Stopped
             | ApiError::Draining
@@ -134,7 +137,7 @@ impl ApiError {
         let code = match self {
             ApiError::Unauthorized => json!("invalid_api_key"),
             ApiError::ExceedContext { .. } | ApiError::ExceedContextWithCompletion { .. } => json!("context_length_exceeded"),
-            ApiError::QueueFull { .. } | ApiError::TooManyConnections { .. } => json!("server_busy"),
+            ApiError::QueueFull { .. } | ApiError::TooManyConnections { .. } | ApiError::Busy(_) => json!("server_busy"),
             ApiError::Unsupported { .. } => json!("unsupported_parameter"),
             ApiError::Draining | ApiError::ShutDown { .. } => json!("server_shutting_down"),
             _ => Json::Null,
@@ -159,7 +162,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status(), axum::Json(self.to_json())).into_response();
-        if matches!(self, ApiError::QueueFull { .. } | ApiError::Loading | ApiError::Draining) {
+        if matches!(self, ApiError::QueueFull { .. } | ApiError::Busy(_) | ApiError::Loading | ApiError::Draining) {
             r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
         }
         r

@@ -24,6 +24,10 @@ use super::state::AppState;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 8 << 20;
+/// Bytes of request bodies being read at once, at most (a body without a length counts as
+/// [`BODY_LIMIT`]); a request that cannot get its share within `--read-timeout` is answered
+/// 503. This bounds the memory of many large bodies arriving together.
+pub const BODY_BUDGET: usize = 32 * BODY_LIMIT;
 
 pub fn router(st: Arc<AppState>) -> Router {
     let api = Router::new()
@@ -33,6 +37,8 @@ pub fn router(st: Arc<AppState>) -> Router {
         .route("/v1/models/{id}", get(model))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        // Route layers run last-added first: the key is checked before any body is read.
+        .route_layer(from_fn_with_state(st.clone(), read_body_in_time))
         .route_layer(from_fn_with_state(st.clone(), require_key));
     Router::new()
         .route("/health", get(health))
@@ -41,7 +47,6 @@ pub fn router(st: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(handler_panicked))
-        .layer(from_fn_with_state(st.clone(), read_body_in_time))
         .layer(from_fn_with_state(st.clone(), count_status))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(st)
@@ -58,17 +63,33 @@ fn wrong_content_type(headers: &HeaderMap) -> Option<ApiError> {
     (!json).then(|| ApiError::UnsupportedMediaType { given: bounded(essence) })
 }
 
-/// Reads the whole body (at most [`BODY_LIMIT`] bytes) within `--read-timeout` before any
-/// handler runs, so a client that trickles its body is answered 408 and holds no admission
-/// ticket or slot while it does.
+/// Reads the whole body (at most [`BODY_LIMIT`] bytes, within [`BODY_BUDGET`]) within
+/// `--read-timeout` before any handler runs, so a client that trickles its body is answered
+/// 408 and holds no admission ticket or slot while it does.
 async fn read_body_in_time(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(e) = wrong_content_type(req.headers()) {
         return e.into_response();
     }
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(BODY_LIMIT);
+    if declared > BODY_LIMIT {
+        return ApiError::BodyTooLarge { limit: BODY_LIMIT }.into_response();
+    }
     let (parts, body) = req.into_parts();
     let secs = st.cfg.read_timeout_secs;
+    let limit = std::time::Duration::from_secs(secs);
+    // Permits are KiB of body: at most BODY_BUDGET / 1024 of them, which fits a u32.
+    let kib = declared.div_ceil(1024).max(1) as u32;
+    let share = match tokio::time::timeout(limit, st.body_budget.clone().acquire_many_owned(kib)).await {
+        Ok(Ok(p)) => p,
+        _ => return ApiError::Busy("too many large request bodies are being read at once").into_response(),
+    };
     let read = axum::body::to_bytes(body, BODY_LIMIT);
-    let bytes = match tokio::time::timeout(std::time::Duration::from_secs(secs), read).await {
+    let bytes = match tokio::time::timeout(limit, read).await {
         Err(_) => return ApiError::ReadTimeout { secs }.into_response(),
         Ok(Err(e)) => {
             let too_large = std::error::Error::source(&e)
@@ -78,6 +99,7 @@ async fn read_body_in_time(State(st): State<Arc<AppState>>, req: Request, next: 
         }
         Ok(Ok(b)) => b,
     };
+    drop(share);
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
 }
 

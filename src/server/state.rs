@@ -104,6 +104,8 @@ pub struct Loaded {
 pub struct AppState {
     pub cfg: ServeConfig,
     pub lifecycle: super::lifecycle::Lifecycle,
+    /// KiB of request bodies that may be read at once ([`super::routes::BODY_BUDGET`]).
+    pub body_budget: Arc<tokio::sync::Semaphore>,
     pub metrics: Arc<Metrics>,
     pub admission: Arc<Admission>,
     pub loaded: OnceLock<Loaded>,
@@ -119,6 +121,7 @@ impl AppState {
         Arc::new(AppState {
             cfg,
             lifecycle: Default::default(),
+            body_budget: Arc::new(tokio::sync::Semaphore::new(super::routes::BODY_BUDGET / 1024)),
             metrics: Arc::new(Metrics::default()),
             admission,
             loaded: OnceLock::new(),

@@ -92,9 +92,14 @@ fn is_chunked(headers: &[(String, String)]) -> bool {
 /// One whole request.
 pub fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> std::io::Result<Response> {
     let mut s = connect(port, timeout)?;
-    s.write_all(&request_bytes(method, path, headers, body))?;
+    // A server may answer (413) and close before the whole body is sent: the answer is still
+    // read after a failed write.
+    let sent = s.write_all(&request_bytes(method, path, headers, body));
     let mut r = BufReader::new(s);
-    let (status, headers) = read_head(&mut r)?;
+    let (status, headers) = match (read_head(&mut r), sent) {
+        (Ok(h), _) => h,
+        (Err(_), Err(e)) | (Err(e), Ok(())) => return Err(e),
+    };
     let mut body = Vec::new();
     read_body(&mut r, is_chunked(&headers), &mut |b| {
         body.extend_from_slice(b);
