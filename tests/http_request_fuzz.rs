@@ -17,32 +17,9 @@ use serde_json::{Value as Json, json};
 
 #[path = "common/http_request_checks.rs"]
 mod checks;
-use checks::{check_error, check_opts};
+use checks::{check_error, exercise};
 
-/// A vocabulary of one token (every bias bans everything) and Qwen2's.
-const VOCABS: [usize; 2] = [1, QWEN_VOCAB];
 const QWEN_VOCAB: usize = 151_936;
-
-/// What the fuzz target does with one body.
-fn exercise(data: &[u8]) {
-    let body = match parse_object(data) {
-        Ok(body) => body,
-        Err(e) => return check_error(&e),
-    };
-    for n_vocab in VOCABS {
-        match chat_request(&body, n_vocab) {
-            Ok(r) => {
-                assert!(!r.messages.is_empty());
-                check_opts(&r.opts, n_vocab);
-            }
-            Err(e) => check_error(&e),
-        }
-        match completion_request(&body, n_vocab) {
-            Ok(r) => check_opts(&r.opts, n_vocab),
-            Err(e) => check_error(&e),
-        }
-    }
-}
 
 fn fuzz_dir(sub: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz").join(sub).join("http_request")

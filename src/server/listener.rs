@@ -139,7 +139,7 @@ impl Acceptor {
                 _ = &mut stop => break,
                 s = self.accept() => s,
             };
-            self.serve(stream, true, Some(&graceful));
+            self.serve(stream, Some(&graceful));
         }
         graceful
     }
@@ -151,7 +151,7 @@ impl Acceptor {
     pub async fn serve_draining(self) {
         loop {
             let stream = self.accept().await;
-            self.serve(stream, false, None);
+            self.serve(stream, None);
         }
     }
 
@@ -169,7 +169,9 @@ impl Acceptor {
     }
 
     /// Serves one connection on its own task, or answers 503 when `--max-connections` are open.
-    fn serve(&self, stream: TcpStream, keep_alive: bool, graceful: Option<&GracefulShutdown>) {
+    /// A connection the drain waits for (`graceful`) is kept alive between requests; one
+    /// accepted while draining answers one request.
+    fn serve(&self, stream: TcpStream, graceful: Option<&GracefulShutdown>) {
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             self.st.metrics.connection_refused();
             let reply = over_capacity_response(self.limits.max_connections);
@@ -184,30 +186,20 @@ impl Acceptor {
             return;
         };
         let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new()).header_read_timeout(self.limits.read_timeout).keep_alive(keep_alive);
+        http.timer(TokioTimer::new()).header_read_timeout(self.limits.read_timeout).keep_alive(graceful.is_some());
         let io = TokioIo::new(StallGuard::new(stream, self.limits.idle_timeout));
         let conn = http.serve_connection(io, TowerToHyperService::new(self.app.clone()));
+        let conn: Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>> = match graceful {
+            Some(g) => Box::pin(g.watch(conn)),
+            None => Box::pin(conn),
+        };
         let metrics = self.st.metrics.clone();
         metrics.connection_opened();
-        let done = move || {
+        tokio::spawn(async move {
+            let _ = conn.await;
             metrics.connection_closed();
             drop(permit);
-        };
-        match graceful {
-            Some(g) => {
-                let conn = g.watch(conn);
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                    done();
-                });
-            }
-            None => {
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                    done();
-                });
-            }
-        }
+        });
     }
 }
 

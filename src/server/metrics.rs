@@ -32,8 +32,6 @@ pub struct Metrics {
     /// Connections open now, and those refused by `--max-connections`.
     connections: AtomicUsize,
     connections_refused: AtomicU64,
-    /// Requests still admitted (generating or queued): returns to 0 when the server is idle.
-    inside: AtomicUsize,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -105,14 +103,9 @@ impl Metrics {
         add(&self.connections_refused, 1);
     }
 
-    /// Requests inside the server ([`super::admission::Admission::inside`]), as of the
-    /// render.
-    pub fn set_inside(&self, n: usize) {
-        self.inside.store(n, Ordering::Relaxed);
-    }
-
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
+    /// The Prometheus text exposition; `inside` is the admission's count of requests
+    /// generating or queued ([`super::admission::Admission::inside`]).
+    pub fn render(&self, inside: usize) -> String {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let secs = |c: &AtomicU64| load(c) as f64 / 1e9;
         let rate = |n: &AtomicU64, t: &AtomicU64| if load(t) > 0 { load(n) as f64 / secs(t) } else { 0.0 };
@@ -158,7 +151,7 @@ impl Metrics {
         metric("panics_total", "counter", "Panics caught inside inference.", &one(load(&self.panics).to_string()));
         metric("connections_open", "gauge", "HTTP connections open.", &one(self.connections.load(Ordering::Relaxed).to_string()));
         metric("connections_refused_total", "counter", "Connections refused by --max-connections.", &one(load(&self.connections_refused).to_string()));
-        metric("requests_inside", "gauge", "Generation requests admitted (generating or queued).", &one(self.inside.load(Ordering::Relaxed).to_string()));
+        metric("requests_inside", "gauge", "Generation requests admitted (generating or queued).", &one(inside.to_string()));
         s
     }
 }
@@ -174,7 +167,7 @@ mod tests {
         m.request(200);
         m.request(503);
         m.generated(10, 0.5);
-        let text = m.render();
+        let text = m.render(0);
         assert!(text.contains("minfer_requests_total{status=\"200\"} 2\n"), "{text}");
         assert!(text.contains("minfer_requests_total{status=\"503\"} 1\n"));
         assert!(text.contains("minfer_generated_tokens_total 10\n"));

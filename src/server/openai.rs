@@ -9,7 +9,6 @@
 //! status line waits for the first event, so an error in prefill is still a plain error
 //! response.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +17,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::mpsc::unbounded_channel;
 
 use super::admission::Ticket;
 use super::error::{ApiError, bounded_to};
@@ -62,11 +61,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + S
 
 pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let r = async {
-        let m = st.model()?;
-        if st.lifecycle.draining() {
-            return Err(ApiError::Draining);
-        }
-        let ticket = st.admission.try_admit()?;
+        let (m, ticket) = admit(&st)?;
         let req = chat_request(&parse_object(&body_bytes(body)?)?, m.n_vocab)?;
         let template = m.template.clone().ok_or_else(|| {
             ApiError::param("messages", "this model has no chat template; use /v1/completions with a formatted prompt")
@@ -87,13 +82,19 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Byte
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// What both generation endpoints do first: the model must be loaded, the server not
+/// draining, and a place free (503 otherwise, before the body is parsed).
+fn admit(st: &AppState) -> Result<(&Loaded, Ticket), ApiError> {
+    let m = st.model()?;
+    if st.lifecycle.draining() {
+        return Err(ApiError::Draining);
+    }
+    Ok((m, st.admission.try_admit()?))
+}
+
 pub async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let r = async {
-        let m = st.model()?;
-        if st.lifecycle.draining() {
-            return Err(ApiError::Draining);
-        }
-        let ticket = st.admission.try_admit()?;
+        let (m, ticket) = admit(&st)?;
         let req = completion_request(&parse_object(&body_bytes(body)?)?, m.n_vocab)?;
         let tok = m.tok.clone();
         let (ids, text) = blocking(move || {
@@ -110,18 +111,6 @@ pub async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, By
         generate(&st, m, ticket, Prepared { ids, text, echo: req.echo, tools: false, opts: req.opts }, Api::Completion).await
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
-}
-
-/// The generation's next event; `ShutDown` once the server's drain has timed out.
-async fn next_event(
-    rx: &mut UnboundedReceiver<Event>,
-    shut: &mut Pin<Box<dyn Future<Output = ()> + Send>>,
-    drain_secs: u64,
-) -> Result<Option<Event>, ApiError> {
-    tokio::select! {
-        ev = rx.recv() => Ok(ev),
-        _ = shut => Err(ApiError::ShutDown { secs: drain_secs }),
-    }
 }
 
 async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: Api) -> Result<Response, ApiError> {
@@ -154,23 +143,22 @@ async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: A
     })?;
     let meta = Meta { id: new_id(api), created: unix_now(), model: m.model_id.clone(), api };
     let prefix = if p.echo { p.text } else { String::new() };
-    let drain_secs = st.cfg.drain_timeout_secs;
-    let mut shut: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(st.lifecycle.until_shut());
+    let mut shut = ShutSignal::new(&st.lifecycle, st.cfg.drain_timeout_secs);
     if p.opts.stream {
         // Nothing is sent before the first event: an error in prefill is a plain response.
-        let first = next_event(&mut rx, &mut shut, drain_secs).await?.ok_or_else(|| ApiError::Internal("the generation ended without a result".into()))?;
+        let first = shut.next_event(&mut rx).await?.ok_or_else(|| ApiError::Internal("the generation ended without a result".into()))?;
         if let Event::Failed(e) = first {
             return Err(e);
         }
         let opts = StreamOptions { include_usage: p.opts.include_usage, prefix, tools: p.tools };
-        let mut s = EventStream::new(rx, m.tok.clone(), meta, opts, ShutSignal { shut, drain_secs });
+        let mut s = EventStream::new(rx, m.tok.clone(), meta, opts, shut);
         s.push(first);
         return Ok(s.into_response());
     }
     let mut text = prefix;
     let mut logprobs = Logprobs::default();
     let offset0 = text.len();
-    while let Some(ev) = next_event(&mut rx, &mut shut, drain_secs).await? {
+    while let Some(ev) = shut.next_event(&mut rx).await? {
         match ev {
             Event::Token(t) => {
                 text.push_str(&t.text);

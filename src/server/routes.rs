@@ -161,8 +161,7 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    st.metrics.set_inside(st.admission.inside());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render()).into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render(st.admission.inside())).into_response()
 }
 
 fn model_object(st: &AppState) -> Result<Json, ApiError> {

@@ -19,6 +19,7 @@ use serde_json::Value as Json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::error::ApiError;
+use super::lifecycle::Lifecycle;
 use super::response::{Logprobs, Meta};
 use super::slot::Event;
 use super::tools::ToolCallSplitter;
@@ -47,15 +48,29 @@ pub struct EventStream {
     /// When the request offered tools: holds back `<tool_call>` blocks.
     tools: Option<ToolCallSplitter>,
     ended: bool,
-    /// Resolves when the server shuts down; `secs` is its `--drain-timeout`.
+    shut: ShutSignal,
+}
+
+/// How a response learns that the server's drain timed out.
+pub struct ShutSignal {
     shut: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// `--drain-timeout`, for the error.
     drain_secs: u64,
 }
 
-/// How a stream learns that the server is shutting down.
-pub struct ShutSignal {
-    pub shut: Pin<Box<dyn Future<Output = ()> + Send>>,
-    pub drain_secs: u64,
+impl ShutSignal {
+    pub fn new(lifecycle: &Lifecycle, drain_secs: u64) -> ShutSignal {
+        ShutSignal { shut: Box::pin(lifecycle.until_shut()), drain_secs }
+    }
+
+    /// The generation's next event (`None`: its channel closed), or `ShutDown` once the drain
+    /// has timed out.
+    pub async fn next_event(&mut self, rx: &mut UnboundedReceiver<Event>) -> Result<Option<Event>, ApiError> {
+        tokio::select! {
+            ev = rx.recv() => Ok(ev),
+            _ = &mut self.shut => Err(ApiError::ShutDown { secs: self.drain_secs }),
+        }
+    }
 }
 
 fn frame(v: &Json) -> Bytes {
@@ -77,8 +92,7 @@ impl EventStream {
             offset: 0,
             tools,
             ended: false,
-            shut: shut.shut,
-            drain_secs: shut.drain_secs,
+            shut,
         };
         let prefix = prefix.as_str();
         if !prefix.is_empty() {
@@ -141,14 +155,12 @@ impl EventStream {
             if self.ended {
                 return None;
             }
-            tokio::select! {
-                ev = self.rx.recv() => match ev {
-                    Some(ev) => self.push(ev),
-                    None => self.fail(ApiError::Internal("the generation ended without a result".into())),
-                },
-                _ = &mut self.shut => {
+            match self.shut.next_event(&mut self.rx).await {
+                Ok(Some(ev)) => self.push(ev),
+                Ok(None) => self.fail(ApiError::Internal("the generation ended without a result".into())),
+                Err(e) => {
                     self.frames.push_back(frame(&self.meta.shutdown_chunk(self.include_usage)));
-                    self.fail(ApiError::ShutDown { secs: self.drain_secs });
+                    self.fail(e);
                 }
             }
         }

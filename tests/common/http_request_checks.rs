@@ -4,7 +4,11 @@
 //! the documented bounds.
 
 use minfer::server::ApiError;
-use minfer::server::request::{GenOptions, MAX_STOP_BYTES, MAX_STOPS, MAX_TOP_LOGPROBS};
+use minfer::server::fields::parse_object;
+use minfer::server::request::{GenOptions, MAX_STOP_BYTES, MAX_STOPS, MAX_TOP_LOGPROBS, chat_request, completion_request};
+
+/// A vocabulary of one token (every bias bans everything) and Qwen2's.
+const VOCABS: [usize; 2] = [1, 151_936];
 
 pub fn check_error(e: &ApiError) {
     let v = e.to_json();
@@ -23,4 +27,26 @@ pub fn check_opts(o: &GenOptions, n_vocab: usize) {
     assert!(!o.include_usage || o.stream, "include_usage without stream");
     assert!(o.sampler.logit_bias.iter().all(|&(id, _)| (id as usize) < n_vocab));
     assert!(o.sampler.validate().is_ok(), "{:?}", o.sampler);
+}
+
+/// What the fuzz target does with one body: read it as both endpoints' request, under both
+/// vocabularies, and check whatever comes back.
+pub fn exercise(data: &[u8]) {
+    let body = match parse_object(data) {
+        Ok(body) => body,
+        Err(e) => return check_error(&e),
+    };
+    for n_vocab in VOCABS {
+        match chat_request(&body, n_vocab) {
+            Ok(r) => {
+                assert!(!r.messages.is_empty());
+                check_opts(&r.opts, n_vocab);
+            }
+            Err(e) => check_error(&e),
+        }
+        match completion_request(&body, n_vocab) {
+            Ok(r) => check_opts(&r.opts, n_vocab),
+            Err(e) => check_error(&e),
+        }
+    }
 }
