@@ -273,7 +273,14 @@ fn stalled_reader(report: &mut Report) {
     let secs = t0.elapsed().as_secs_f64();
     // The server closed its side: the connection count is back (the metrics request's own
     // connection is counted in both readings), and the client reads the end of the stream.
-    let open = srv.metrics()["minfer_connections_open"];
+    // A closed connection is counted off by its task on the runtime, a moment after the slot
+    // saw the client go (and so is the previous metrics request's): wait for it, up to 5 s.
+    let mut open = srv.metrics()["minfer_connections_open"];
+    let t1 = Instant::now();
+    while open != before && t1.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+        open = srv.metrics()["minfer_connections_open"];
+    }
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut sink = Vec::new();
     let closed = std::io::Read::read_to_end(&mut s, &mut sink).is_ok() || sink.is_empty();
