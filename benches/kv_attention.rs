@@ -6,9 +6,9 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use minfer::graph::KvType;
-use minfer::vec_ops::attention_q8::{PackedKv, attention_q8};
-use minfer::vec_ops::kv_cache::{attention_dequantized, kv_store_typed};
-use minfer::vec_ops::{AttnArgs, Pool};
+use minfer::backends::cpu::kernels::attention_q8::{PackedKv, attention_q8};
+use minfer::backends::cpu::kernels::kv_cache::{attention_dequantized, kv_store_typed};
+use minfer::backends::cpu::kernels::{AttnArgs, Pool};
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);

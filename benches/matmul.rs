@@ -1,4 +1,4 @@
-//! Decode and prefill shapes of qwen2.5-coder-0.5b through `vec_ops::matmul` with the active
+//! Decode and prefill shapes of qwen2.5-coder-0.5b through `kernels::matmul` with the active
 //! ISA, on random weights (speed does not depend on the values).
 //!
 //! Throughput is weight bytes read per second (decimal GB/s): at nt = 1 every weight byte is read
@@ -17,8 +17,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use minfer::quants::simd::active_isa;
 use minfer::quants::{F16Le, GgmlType};
-use minfer::vec_ops::Pool;
-use minfer::vec_ops::matmul::{WeightMatrix, matmul};
+use minfer::backends::cpu::kernels::Pool;
+use minfer::backends::cpu::kernels::matmul::{WeightMatrix, matmul};
 
 /// Random bytes with every block's f16 fields set to a small finite scale.
 fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {

@@ -18,8 +18,8 @@ use bytemuck::Zeroable;
 use minfer::quants::gemm_k::{K4Tile, K8Panel};
 use minfer::quants::simd::Kernels;
 use minfer::quants::{BlockQ4K, BlockQ8K, F16Le, GgmlType, quantize_row_q8_k};
-use minfer::vec_ops::Pool;
-use minfer::vec_ops::matmul::{WeightMatrix, matmul};
+use minfer::backends::cpu::kernels::Pool;
+use minfer::backends::cpu::kernels::matmul::{WeightMatrix, matmul};
 
 const STREAM_BYTES: usize = 96 << 20;
 const ROUNDS: usize = 7;

@@ -4,14 +4,17 @@
 //! formats and reference kernels, `tokenizer` turns text into ids and back, `chat` renders chat
 //! templates.
 
+pub mod backends;
 pub mod chat;
 pub mod cli;
 pub mod generate;
 pub mod gguf;
 pub mod graph;
+pub mod http;
 pub mod models;
 pub mod quants;
 pub mod server;
+pub mod tensor;
 pub mod tokenizer;
-pub mod vec_ops;
 pub mod viz;
+pub mod workers;

@@ -86,7 +86,7 @@ fn kv_rm_and_shift_match_a_fresh_evaluation_at_the_new_positions() {
     // f32 cells: the rotation is computed in f32, |error| ~ 1e-6 of the row's scale; q8_0
     // cells are decoded, rotated and quantized again: within two quantization steps.
     for (kv_type, tol) in [(KvType::F32, 1e-5f32), (KvType::Q8_0, 2.0 / 127.0)] {
-        let mk = || Engine::new(fx.model.clone(), &EngineParams { n_ctx: 64, n_threads: 2, kv_type, ..EngineParams::default() }).unwrap();
+        let mk = || Engine::new(fx.model.clone(), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 64, n_threads: 2, kv_type, ..EngineParams::default() }).unwrap();
         let mut e = mk();
         e.eval(&ids, 1).unwrap();
         // drop cells 2..5, move the survivors 5..8 down by 3

@@ -13,8 +13,7 @@ use std::process::Command;
 use graph_support::params;
 use minfer::graph::{
     AttnMeta, Backend, CNode, ComputeGraph, DType, EmbedMeta, KvType, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta, Op,
-    RoPEMeta,
-};
+    RoPEMeta, KvShiftMeta, RopeStyle, WeightId};
 use minfer::quants::GgmlType;
 use serde_json::Value;
 
@@ -54,17 +53,24 @@ fn metas() -> Vec<NodeMeta> {
     vec![
         NodeMeta::None,
         NodeMeta::MatMul(MatMulMeta {
+            weight: WeightId(3),
             weight_name: "blk.0.attn_q.weight".into(),
+            bias: Some(WeightId(4)),
             bias_name: Some("blk.0.attn_q.bias".into()),
             weight_type: GgmlType::Q4K,
             in_dim: 896,
             out_dim: 896,
         }),
-        NodeMeta::Norm(NormMeta { weight_name: None }),
-        NodeMeta::Rope(RoPEMeta { n_head: 14, head_dim: 64, n_rot: 64, freq_base: 1e6, freq_scale: 1.0, n_ctx_orig: 32768 }),
+        NodeMeta::Norm(NormMeta { weight: None, weight_name: None }),
+        NodeMeta::Rope(RoPEMeta { n_head: 14, head_dim: 64, n_rot: 64, freq_base: 1e6 }),
         NodeMeta::Attn(AttnMeta { layer: 0, n_head: 14, n_head_kv: 2, head_dim: 64, scale: 0.125, n_ctx: 16, kv_type: KvType::Q8_0 }),
         NodeMeta::Kvcache(KvcacheMeta { layer: 1, n_embd_kv: 128, n_ctx: 16, kv_type: KvType::F16, head_dim: 64 }),
-        NodeMeta::Embed(EmbedMeta { weight_name: "token_embd.weight".into(), weight_type: GgmlType::Q8_0, n_embd: 896 }),
+        NodeMeta::Embed(EmbedMeta { weight: WeightId(0), weight_name: "token_embd.weight".into(), weight_type: GgmlType::Q8_0, n_embd: 896 }),
+        NodeMeta::KvShift(KvShiftMeta {
+            kv: KvcacheMeta { layer: 2, n_embd_kv: 128, n_ctx: 16, kv_type: KvType::Q8_0, head_dim: 64 },
+            rope: RoPEMeta { n_head: 2, head_dim: 64, n_rot: 64, freq_base: 1e6 },
+            style: RopeStyle::NonInterleaved,
+        }),
     ]
 }
 
@@ -180,7 +186,7 @@ fn the_export_is_the_graph_the_run_executes() {
     for name in [common::QWEN2_05B, common::QWEN3_TINY] {
         let f = Arc::new(minfer::gguf::GgufFile::open(common::model_path(name)).unwrap());
         let model = Arc::new(minfer::models::load_model(f).unwrap());
-        let p = minfer::generate::EngineParams { n_ctx: 64, n_threads: 2, ..Default::default() };
+        let p = minfer::generate::EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 64, n_threads: 2, ..Default::default() };
         let mut e = minfer::generate::Engine::new(model, &p).unwrap();
         for (tokens, kind) in [(&[1u32, 2, 3, 4, 5][..], "prefill"), (&[6u32][..], "decode")] {
             let (preview, pp) = e.preview_graph(tokens.len(), 1).unwrap();

@@ -4,7 +4,7 @@ mod graph_support;
 
 use graph_support::{Qwen2Shape, count_op, iquant_tensor, params, tensor};
 use minfer::graph::{
-    AttnMeta, AttnMode, Backend, CNode, ComputeGraph, DType, GraphBuilder, GraphError, NodeMeta,
+    AttnMeta, Backend, CNode, ComputeGraph, DType, GraphBuilder, GraphError, NodeMeta,
     NodeSpec, Op, OpKind, RoPEMeta, RopeStyle,
 };
 use minfer::quants::GgmlType;
@@ -116,14 +116,7 @@ fn op_partial_eq_compares_payloads() {
             style: RopeStyle::NonInterleaved
         }
     );
-    assert_ne!(
-        Op::Attn {
-            mode: AttnMode::Gqa
-        },
-        Op::Attn {
-            mode: AttnMode::Flash
-        }
-    );
+    assert_ne!(Op::KvShift { layer: 1 }, Op::KvShift { layer: 2 });
     assert_ne!(
         Op::QkNorm {
             hd: 128,
@@ -136,13 +129,13 @@ fn op_partial_eq_compares_payloads() {
             eps: 1e-6
         }
     );
-    assert_ne!(Op::Scale(0.5), Op::Scale(0.25));
+    assert_ne!(Op::RmsNorm { eps: 1e-6 }, Op::RmsNorm { eps: 1e-5 });
 }
 
 #[test]
 fn op_groups_are_declared_once() {
     let all = Op::examples();
-    assert_eq!(all.len(), 23, "one example per Op variant");
+    assert_eq!(all.len(), 14, "one example per Op variant");
     let names = |f: fn(&Op) -> bool| {
         all.iter()
             .filter(|o| f(o))
@@ -152,19 +145,11 @@ fn op_groups_are_declared_once() {
     assert_eq!(names(Op::in_place_safe), ["silu", "rope"]);
     assert_eq!(
         names(Op::is_elementwise),
-        ["add", "mul", "scale", "silu", "swiglu"]
+        ["add", "mul", "silu", "swiglu"]
     );
-    assert_eq!(names(Op::binds_kv_region), ["kv_store", "kv_load"]);
-    assert_eq!(
-        names(Op::has_side_effect),
-        [
-            "kv_store",
-            "fused_qkv",
-            "qkv_bias_rope_store",
-            "fused_qkv_norm"
-        ]
-    );
-    assert_eq!(Op::FusedFFN.kind(), OpKind::DecodeFused);
+    assert_eq!(names(Op::binds_kv_region), ["kv_store", "kv_load", "kv_shift"]);
+    assert_eq!(names(Op::has_side_effect), ["kv_store", "kv_shift"]);
+    assert_eq!(Op::KvShift { layer: 0 }.kind(), OpKind::Kv);
     let mut unique: Vec<&str> = all.iter().map(Op::name).collect();
     unique.sort();
     unique.dedup();
@@ -374,8 +359,6 @@ fn shape_errors_are_typed() {
         head_dim: 2,
         n_rot: 2,
         freq_base: 1e4,
-        freq_scale: 1.0,
-        n_ctx_orig: 0,
     };
     let pos = b.input("positions", [2, 1, 1, 1], DType::I32);
     assert!(matches!(
@@ -435,16 +418,16 @@ fn attn_takes_its_shape_from_meta_and_its_layers_kv() {
         n_ctx: 32,
         kv_type: Default::default(),
     };
-    let a = b.attn(qkv, kv0, pos, AttnMode::Gqa, meta(0)).unwrap();
+    let a = b.attn(qkv, kv0, pos, meta(0)).unwrap();
     assert_eq!(b.graph().nodes[a].out_shape, [8, 1, 1, 1]);
     assert_eq!(b.graph().nodes[a].src, vec![qkv, kv0, pos]);
     assert_eq!(b.graph().nodes[a].kv_layer(), Some(0));
-    let err = b.attn(qkv, kv1, pos, AttnMode::Gqa, meta(0)).unwrap_err();
+    let err = b.attn(qkv, kv1, pos, meta(0)).unwrap_err();
     assert!(
         matches!(err, GraphError::AttnKvSource { layer: 0, .. }),
         "{err}"
     );
-    let err = b.attn(qkv, qkv, pos, AttnMode::Gqa, meta(0)).unwrap_err();
+    let err = b.attn(qkv, qkv, pos, meta(0)).unwrap_err();
     assert!(matches!(err, GraphError::AttnKvSource { .. }));
 }
 
@@ -454,7 +437,7 @@ fn custom_nodes_go_through_node_spec() {
     let x = b.input("x", [4, 1, 1, 1], DType::F32);
     b.set_layer(Some(2));
     let s = b
-        .node(NodeSpec::new("scaled", Op::Scale(0.5), &[x], [4, 1, 1, 1]))
+        .node(NodeSpec::new("scaled", Op::Silu, &[x], [4, 1, 1, 1]))
         .unwrap();
     assert_eq!(b.graph().nodes[s].name, "scaled-2");
     assert!(matches!(

@@ -26,7 +26,7 @@ fn errors(validator: &jsonschema::Validator, v: &Value) -> Vec<String> {
 fn engine(name: &str) -> Engine {
     let f = Arc::new(minfer::gguf::GgufFile::open(common::model_path(name)).unwrap());
     let model = Arc::new(minfer::models::load_model(f).unwrap());
-    let p = EngineParams { n_ctx: 64, n_threads: 2, ..Default::default() };
+    let p = EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 64, n_threads: 2, ..Default::default() };
     Engine::new(model, &p).unwrap()
 }
 

@@ -1,4 +1,4 @@
-//! `vec_ops::matmul` on random weights of every type: against a dequantize-then-f64 reference,
+//! `kernels::matmul` on random weights of every type: against a dequantize-then-f64 reference,
 //! bit-identical across thread counts, bit-identical between a batch of tokens and one token at
 //! a time (batch invariance), for every ISA this machine runs; and typed errors for bad shapes.
 //!
@@ -16,8 +16,8 @@
 
 use minfer::quants::simd::{Isa, SimdError, supported_isas};
 use minfer::quants::*;
-use minfer::vec_ops::Pool;
-use minfer::vec_ops::matmul::{MatmulError, WeightMatrix, matmul, matmul_with_isa};
+use minfer::backends::cpu::kernels::Pool;
+use minfer::backends::cpu::kernels::matmul::{MatmulError, WeightMatrix, matmul, matmul_with_isa};
 
 #[path = "matmul_gen.rs"]
 mod generate;
@@ -137,7 +137,7 @@ fn bit_identical_for_1_2_and_3_threads() {
     let pools: Vec<Pool> = (1..=3).map(|n| Pool::new(n).unwrap()).collect();
     let mut rng = Rng(0xabcd_0002);
     // 37 rows: vec_dot for every type; 40: the repacked gemv for Q4_0 and Q4_K.
-    for (ty, rows) in WEIGHT_TYPES.into_iter().flat_map(|ty| [(ty, 2 * minfer::vec_ops::matmul::ROW_TILE + 5), (ty, 40)]) {
+    for (ty, rows) in WEIGHT_TYPES.into_iter().flat_map(|ty| [(ty, 2 * minfer::backends::cpu::kernels::matmul::ROW_TILE + 5), (ty, 40)]) {
         let cols = cols_for(ty);
         let data = matrix(&mut rng, ty, rows, cols);
         let w = WeightMatrix {
@@ -173,7 +173,7 @@ fn batch_of_7_equals_7_single_tokens() {
     for ty in WEIGHT_TYPES {
         let cols = cols_for(ty);
         // 48: the many-token tile kernels (rows a multiple of 16) where the ISA has them.
-        for rows in [1, 37, 3 * minfer::vec_ops::matmul::ROW_TILE + 1, 24, 48] {
+        for rows in [1, 37, 3 * minfer::backends::cpu::kernels::matmul::ROW_TILE + 1, 24, 48] {
             let data = matrix(&mut rng, ty, rows, cols);
             let w = WeightMatrix {
                 ty,

@@ -1,4 +1,4 @@
-//! `vec_ops::matmul` on real model weights: the first 2-D tensor of every type in the test models
+//! `kernels::matmul` on real model weights: the first 2-D tensor of every type in the test models
 //! (qwen2.5-coder-0.5b: Q4_K, Q5_0, Q6_K, Q8_0; qwen3-tiny: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16,
 //! BF16; F32 from the 1-D norm weights as a one-row matrix), up to 160 rows of it.
 //!
@@ -13,8 +13,8 @@ mod common;
 use minfer::gguf::GgufFile;
 use minfer::quants::simd::{Isa, supported_isas};
 use minfer::quants::*;
-use minfer::vec_ops::Pool;
-use minfer::vec_ops::matmul::{WeightMatrix, matmul_with_isa};
+use minfer::backends::cpu::kernels::Pool;
+use minfer::backends::cpu::kernels::matmul::{WeightMatrix, matmul_with_isa};
 
 #[path = "matmul_gen.rs"]
 mod generate;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use minfer::vec_ops::{self, AttnArgs, Isa, OpsError, Pool};
+use minfer::backends::cpu::kernels::{self, AttnArgs, Isa, OpsError, Pool};
 
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
     common::rng::symmetric(seed, n, scale)
@@ -101,7 +101,7 @@ fn attention_against_naive_f64() {
         let q = rng(3, positions.len() * g.nh * g.hd, 1.5);
         let a = args(g, &q, &kc, &vc, &positions);
         let mut out = vec![0.0; q.len()];
-        vec_ops::attention(&pool, &a, &mut out).unwrap();
+        kernels::attention(&pool, &a, &mut out).unwrap();
         let want = naive(&a);
         let worst = out
             .iter()
@@ -131,16 +131,16 @@ fn prefill_of_9_equals_9_decode_steps_bitwise() {
 
         // Prefill: store the 9 rows, attend all 9 tokens at once.
         let (mut kc, mut vc) = (vec![0.0; n_ctx * w], vec![0.0; n_ctx * w]);
-        vec_ops::kv_store(&k_new, &v_new, &positions, n_ctx, &mut kc, &mut vc).unwrap();
+        kernels::kv_store(&k_new, &v_new, &positions, n_ctx, &mut kc, &mut vc).unwrap();
         let mut prefill = vec![0.0; q.len()];
-        vec_ops::attention(&pool, &args(g, &q, &kc, &vc, &positions), &mut prefill).unwrap();
+        kernels::attention(&pool, &args(g, &q, &kc, &vc, &positions), &mut prefill).unwrap();
 
         // Decode: one token per step, the cache growing by one row each time.
         let (mut kc, mut vc) = (vec![0.0; n_ctx * w], vec![0.0; n_ctx * w]);
         let qw = g.nh * g.hd;
         for t in 0..nt {
             let cell = [t as i32];
-            vec_ops::kv_store(
+            kernels::kv_store(
                 &k_new[t * w..][..w],
                 &v_new[t * w..][..w],
                 &cell,
@@ -150,7 +150,7 @@ fn prefill_of_9_equals_9_decode_steps_bitwise() {
             )
             .unwrap();
             let mut one = vec![0.0; qw];
-            vec_ops::attention(
+            kernels::attention(
                 &pool,
                 &args(g, &q[t * qw..][..qw], &kc, &vc, &cell),
                 &mut one,
@@ -166,7 +166,7 @@ fn prefill_of_9_equals_9_decode_steps_bitwise() {
 
         // A prefill of 4 then 5 decode steps as well.
         let (mut kc, mut vc) = (vec![0.0; n_ctx * w], vec![0.0; n_ctx * w]);
-        vec_ops::kv_store(
+        kernels::kv_store(
             &k_new[..4 * w],
             &v_new[..4 * w],
             &positions[..4],
@@ -176,7 +176,7 @@ fn prefill_of_9_equals_9_decode_steps_bitwise() {
         )
         .unwrap();
         let mut first = vec![0.0; 4 * qw];
-        vec_ops::attention(
+        kernels::attention(
             &pool,
             &args(g, &q[..4 * qw], &kc, &vc, &positions[..4]),
             &mut first,
@@ -196,11 +196,11 @@ fn thread_count_does_not_change_bits() {
     let q = rng(9, positions.len() * g.nh * g.hd, 1.0);
     let a = args(g, &q, &kc, &vc, &positions);
     let mut reference = vec![0.0; q.len()];
-    vec_ops::attention(&Pool::new(1).unwrap(), &a, &mut reference).unwrap();
+    kernels::attention(&Pool::new(1).unwrap(), &a, &mut reference).unwrap();
     for threads in [2, 3] {
         for isa in Isa::supported() {
             let mut out = vec![0.0; q.len()];
-            vec_ops::attention_with(isa, &Pool::new(threads).unwrap(), &a, &mut out).unwrap();
+            kernels::attention_with(isa, &Pool::new(threads).unwrap(), &a, &mut out).unwrap();
             assert_eq!(bits(&out), bits(&reference), "{threads} threads {isa:?}");
         }
     }
@@ -218,9 +218,9 @@ fn attention_errors() {
     let q = vec![0.0; 32];
     let mut out = vec![0.0; 32];
     let ok = args(&g, &q, &kc, &vc, &[9]);
-    vec_ops::attention(&pool, &ok, &mut out).unwrap();
+    kernels::attention(&pool, &ok, &mut out).unwrap();
 
-    let e = vec_ops::attention(&pool, &args(&g, &q, &kc, &vc, &[10]), &mut out).unwrap_err();
+    let e = kernels::attention(&pool, &args(&g, &q, &kc, &vc, &[10]), &mut out).unwrap_err();
     assert_eq!(
         e,
         OpsError::Position {
@@ -229,7 +229,7 @@ fn attention_errors() {
             n_ctx: 10
         }
     );
-    let e = vec_ops::attention(&pool, &args(&g, &q, &kc, &vc, &[-1]), &mut out).unwrap_err();
+    let e = kernels::attention(&pool, &args(&g, &q, &kc, &vc, &[-1]), &mut out).unwrap_err();
     assert_eq!(
         e,
         OpsError::Position {
@@ -238,7 +238,7 @@ fn attention_errors() {
             n_ctx: 10
         }
     );
-    let e = vec_ops::attention(&pool, &AttnArgs { n_head_kv: 3, ..ok }, &mut out).unwrap_err();
+    let e = kernels::attention(&pool, &AttnArgs { n_head_kv: 3, ..ok }, &mut out).unwrap_err();
     assert_eq!(
         e,
         OpsError::HeadGroups {
@@ -247,23 +247,23 @@ fn attention_errors() {
         }
     );
     assert!(matches!(
-        vec_ops::attention(&pool, &AttnArgs { n_head_kv: 0, ..ok }, &mut out),
+        kernels::attention(&pool, &AttnArgs { n_head_kv: 0, ..ok }, &mut out),
         Err(OpsError::HeadGroups { .. })
     ));
     assert!(matches!(
-        vec_ops::attention(&pool, &AttnArgs { head_dim: 0, ..ok }, &mut out),
+        kernels::attention(&pool, &AttnArgs { head_dim: 0, ..ok }, &mut out),
         Err(OpsError::BadDim { .. })
     ));
     assert!(matches!(
-        vec_ops::attention(&pool, &AttnArgs { q: &q[..31], ..ok }, &mut out),
+        kernels::attention(&pool, &AttnArgs { q: &q[..31], ..ok }, &mut out),
         Err(OpsError::Length { .. })
     ));
     assert!(matches!(
-        vec_ops::attention(&pool, &ok, &mut out[..31]),
+        kernels::attention(&pool, &ok, &mut out[..31]),
         Err(OpsError::Length { .. })
     ));
     assert!(matches!(
-        vec_ops::attention(
+        kernels::attention(
             &pool,
             &AttnArgs {
                 k_cache: &kc[..150],
@@ -274,7 +274,7 @@ fn attention_errors() {
         Err(OpsError::Ragged { .. })
     ));
     assert!(matches!(
-        vec_ops::attention(
+        kernels::attention(
             &pool,
             &AttnArgs {
                 v_cache: &vc[..144],
@@ -285,7 +285,7 @@ fn attention_errors() {
         Err(OpsError::Length { .. })
     ));
     assert!(matches!(
-        vec_ops::attention(
+        kernels::attention(
             &pool,
             &AttnArgs {
                 positions: &[0, 1],
@@ -302,7 +302,7 @@ fn kv_store_writes_rows_and_rejects_bad_cells() {
     let (mut kc, mut vc) = (vec![0.0; 4 * 3], vec![0.0; 4 * 3]);
     let k = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
     let v = [-1.0, -2.0, -3.0, -4.0, -5.0, -6.0];
-    vec_ops::kv_store(&k, &v, &[3, 1], 4, &mut kc, &mut vc).unwrap();
+    kernels::kv_store(&k, &v, &[3, 1], 4, &mut kc, &mut vc).unwrap();
     assert_eq!(
         kc,
         [0.0, 0.0, 0.0, 4.0, 5.0, 6.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0]
@@ -316,7 +316,7 @@ fn kv_store_writes_rows_and_rejects_bad_cells() {
 
     // A bad cell anywhere is reported and nothing is written.
     let before = (kc.clone(), vc.clone());
-    let e = vec_ops::kv_store(&k, &v, &[0, 4], 4, &mut kc, &mut vc).unwrap_err();
+    let e = kernels::kv_store(&k, &v, &[0, 4], 4, &mut kc, &mut vc).unwrap_err();
     assert_eq!(
         e,
         OpsError::Cell {
@@ -328,24 +328,24 @@ fn kv_store_writes_rows_and_rejects_bad_cells() {
     assert!(e.to_string().contains("cell 4"));
     assert_eq!((kc.clone(), vc.clone()), before);
     assert!(matches!(
-        vec_ops::kv_store(&k, &v, &[-1, 0], 4, &mut kc, &mut vc),
+        kernels::kv_store(&k, &v, &[-1, 0], 4, &mut kc, &mut vc),
         Err(OpsError::Cell { cell: -1, .. })
     ));
     assert!(matches!(
-        vec_ops::kv_store(&k, &v[..5], &[0, 1], 4, &mut kc, &mut vc),
+        kernels::kv_store(&k, &v[..5], &[0, 1], 4, &mut kc, &mut vc),
         Err(OpsError::Length { .. })
     ));
     assert!(matches!(
-        vec_ops::kv_store(&k[..5], &v[..5], &[0, 1], 4, &mut kc, &mut vc),
+        kernels::kv_store(&k[..5], &v[..5], &[0, 1], 4, &mut kc, &mut vc),
         Err(OpsError::Ragged { .. })
     ));
     assert!(matches!(
-        vec_ops::kv_store(&k, &v, &[0, 1], 5, &mut kc, &mut vc),
+        kernels::kv_store(&k, &v, &[0, 1], 5, &mut kc, &mut vc),
         Err(OpsError::Length { .. })
     ));
     assert!(matches!(
-        vec_ops::kv_store(&k, &v, &[], 4, &mut kc, &mut vc),
+        kernels::kv_store(&k, &v, &[], 4, &mut kc, &mut vc),
         Err(OpsError::Length { .. })
     ));
-    vec_ops::kv_store(&[], &[], &[], 4, &mut kc, &mut vc).unwrap();
+    kernels::kv_store(&[], &[], &[], 4, &mut kc, &mut vc).unwrap();
 }

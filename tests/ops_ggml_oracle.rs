@@ -12,7 +12,7 @@
 
 mod common;
 
-use minfer::vec_ops::{self, AttnArgs, Isa, Pool, RopeCache};
+use minfer::backends::cpu::kernels::{self, AttnArgs, Isa, Pool, RopeCache};
 
 /// The driver's input generator: xorshift32, uniform in [-scale, scale).
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
@@ -89,34 +89,34 @@ fn compute(isa: Isa) -> Vec<(String, Vec<f32>)> {
         0.5,
     ]);
     let mut y = vec![0.0; x.len()];
-    vec_ops::expf::expf_row_with(isa, &x, &mut y);
+    kernels::expf::expf_row_with(isa, &x, &mut y);
     push("expf", y);
 
     let x = rng(12, 1003, 20.0);
     let mut y = vec![0.0; 1003];
-    vec_ops::silu_with(isa, &x, 1003, &mut y).unwrap();
+    kernels::silu_with(isa, &x, 1003, &mut y).unwrap();
     push("silu_1003", y.clone());
     let (g, u) = (rng(13, 1003, 20.0), rng(14, 1003, 5.0));
-    vec_ops::swiglu_with(isa, &g, &u, 1003, &mut y).unwrap();
+    kernels::swiglu_with(isa, &g, &u, 1003, &mut y).unwrap();
     push("swiglu_1003", y);
 
     for n in [1usize, 15, 64, 70, 128, 200, 1000] {
         let (a, b) = (rng(20 + n as u32, n, 1.0), rng(40 + n as u32, n, 1.0));
         push(
             &format!("dot_{n}"),
-            vec![vec_ops::dot_f32_with(isa, &a, &b)],
+            vec![kernels::dot_f32_with(isa, &a, &b)],
         );
     }
 
     let x = rng(50, 896 * 3, 2.0);
     let w = rng(51, 896, 1.0);
     let mut y = vec![0.0; 896 * 3];
-    vec_ops::rms_norm(&x, Some(&w), 896, 1e-6, &mut y).unwrap();
+    kernels::rms_norm(&x, Some(&w), 896, 1e-6, &mut y).unwrap();
     push("rms_norm", y.clone());
-    vec_ops::rms_norm(&x, None, 896, 1e-6, &mut y).unwrap();
+    kernels::rms_norm(&x, None, 896, 1e-6, &mut y).unwrap();
     push("rms_norm_noweight", y);
     let mut q = rng(52, 128 * 4 * 3, 3.0);
-    vec_ops::qk_norm_inplace(&mut q, &rng(53, 128, 1.5), 128, 1e-6).unwrap();
+    kernels::qk_norm_inplace(&mut q, &rng(53, 128, 1.5), 128, 1e-6).unwrap();
     push("qk_norm", q);
 
     for (name, seed, hd, nh, pos, base) in [
@@ -134,13 +134,13 @@ fn compute(isa: Isa) -> Vec<(String, Vec<f32>)> {
 
     let a = rng(80, 900, 30.0);
     let mut y = vec![0.0; 900];
-    vec_ops::soft_max_with(isa, &a, 300, 0.3, &mut y).unwrap();
+    kernels::soft_max_with(isa, &a, 300, 0.3, &mut y).unwrap();
     push("softmax_300", y);
     let b = rng(81, 1024, 30.0);
     let mut y = vec![0.0; 1024];
     for (r, n_valid) in [1, 17, 100, 256].into_iter().enumerate() {
         let row = r * 256..(r + 1) * 256;
-        vec_ops::soft_max_row_with(isa, &b[row.clone()], 0.125, n_valid, &mut y[row]).unwrap();
+        kernels::soft_max_row_with(isa, &b[row.clone()], 0.125, n_valid, &mut y[row]).unwrap();
     }
     push("softmax_causal_256", y);
 
@@ -172,7 +172,7 @@ fn compute(isa: Isa) -> Vec<(String, Vec<f32>)> {
                 head_dim: hd,
                 scale: 1.0 / (hd as f32).sqrt(),
             };
-            vec_ops::attention_with(isa, &pool, &args, &mut out).unwrap();
+            kernels::attention_with(isa, &pool, &args, &mut out).unwrap();
             push(&format!("attn_{hd}_pos{p}"), out);
         }
     }

@@ -4,7 +4,7 @@
 mod common;
 
 use minfer::quants::GgmlType;
-use minfer::vec_ops::{self, OpsError, RopeCache};
+use minfer::backends::cpu::kernels::{self, OpsError, RopeCache};
 
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
     common::rng::symmetric(seed, n, scale)
@@ -17,7 +17,7 @@ fn rms_norm_against_f64() {
     let x = rng(1, d * 4, 3.0);
     let w = rng(2, d, 2.0);
     let mut y = vec![0.0; x.len()];
-    vec_ops::rms_norm(&x, Some(&w), d, eps, &mut y).unwrap();
+    kernels::rms_norm(&x, Some(&w), d, eps, &mut y).unwrap();
     for (xr, yr) in x.chunks(d).zip(y.chunks(d)) {
         let ms = xr.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / d as f64;
         let inv = 1.0 / (ms + eps as f64).sqrt();
@@ -49,10 +49,10 @@ fn rms_norm_replicates_ggml_step_by_step() {
         .map(|(v, wv)| ((v * scale) * wv).to_bits())
         .collect();
     let mut y = vec![0.0; 128];
-    vec_ops::qk_norm(&x, &w, 128, 1e-5, &mut y).unwrap();
+    kernels::qk_norm(&x, &w, 128, 1e-5, &mut y).unwrap();
     assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want);
     let mut inplace = x.clone();
-    vec_ops::rms_norm_inplace(&mut inplace, Some(&w), 128, 1e-5).unwrap();
+    kernels::rms_norm_inplace(&mut inplace, Some(&w), 128, 1e-5).unwrap();
     assert_eq!(inplace, y);
 }
 
@@ -62,10 +62,10 @@ fn qk_norm_is_per_head() {
     let x = rng(5, 24, 4.0);
     let w = [1.0, 2.0, 0.5, -1.0];
     let mut y = vec![0.0; 24];
-    vec_ops::qk_norm(&x, &w, 4, 1e-6, &mut y).unwrap();
+    kernels::qk_norm(&x, &w, 4, 1e-6, &mut y).unwrap();
     for (hx, hy) in x.chunks(4).zip(y.chunks(4)) {
         let mut one = [0.0; 4];
-        vec_ops::rms_norm(hx, Some(&w), 4, 1e-6, &mut one).unwrap();
+        kernels::rms_norm(hx, Some(&w), 4, 1e-6, &mut one).unwrap();
         assert_eq!(hy, one);
     }
 }
@@ -77,7 +77,7 @@ fn rope_against_f64_rotation() {
     let positions = [0, 1, 2, 7, 31, 100, 511];
     let x = rng(6, positions.len() * nh * hd, 2.0);
     let mut y = x.clone();
-    vec_ops::rope_neox(&mut y, &positions, nh, hd, base).unwrap();
+    kernels::rope_neox(&mut y, &positions, nh, hd, base).unwrap();
     let half = hd / 2;
     for (t, &p) in positions.iter().enumerate() {
         // ggml's theta is an f32 running product: error up to ~(pairs + 1) ulp of theta.
@@ -123,7 +123,7 @@ fn rope_cache_matches_per_call_and_is_batch_invariant() {
     let positions = [3, 9, 4000];
     let x = rng(7, positions.len() * nh * hd, 1.0);
     let mut all = x.clone();
-    vec_ops::rope_neox(&mut all, &positions, nh, hd, 1e4).unwrap();
+    kernels::rope_neox(&mut all, &positions, nh, hd, 1e4).unwrap();
     let cache = RopeCache::new(&positions, hd, 1e4).unwrap();
     assert_eq!(cache.n_tokens(), 3);
     let mut via_cache = x.clone();
@@ -132,7 +132,7 @@ fn rope_cache_matches_per_call_and_is_batch_invariant() {
     // One token at a time gives the same bits.
     for (t, &p) in positions.iter().enumerate() {
         let mut one = x[t * nh * hd..][..nh * hd].to_vec();
-        vec_ops::rope_neox(&mut one, &[p], nh, hd, 1e4).unwrap();
+        kernels::rope_neox(&mut one, &[p], nh, hd, 1e4).unwrap();
         assert_eq!(one, all[t * nh * hd..][..nh * hd]);
     }
     assert!(matches!(
@@ -149,7 +149,7 @@ fn rope_cache_matches_per_call_and_is_batch_invariant() {
 fn swiglu_and_softmax_against_f64() {
     let (g, u) = (rng(8, 1000, 20.0), rng(9, 1000, 3.0));
     let mut y = vec![0.0; 1000];
-    vec_ops::swiglu(&g, &u, 100, &mut y).unwrap();
+    kernels::swiglu(&g, &u, 100, &mut y).unwrap();
     for ((gv, uv), yv) in g.iter().zip(&u).zip(&y) {
         let (gv, uv) = (*gv as f64, *uv as f64);
         let want = gv / (1.0 + (-gv).exp()) * uv;
@@ -161,7 +161,7 @@ fn swiglu_and_softmax_against_f64() {
     }
     let x = rng(10, 300, 30.0);
     let mut p = vec![0.0; 300];
-    vec_ops::soft_max_row(&x, 0.2, 250, &mut p).unwrap();
+    kernels::soft_max_row(&x, 0.2, 250, &mut p).unwrap();
     let m = x[..250]
         .iter()
         .map(|v| *v as f64 * 0.2)
@@ -187,7 +187,7 @@ fn get_rows_dequantizes_the_selected_rows() {
         .flat_map(|v| half::f16::from_f32(v as f32).to_le_bytes())
         .collect();
     let mut out = vec![0.0; 8];
-    vec_ops::get_rows(GgmlType::F16, &data, 4, &[2, 0], &mut out).unwrap();
+    kernels::get_rows(GgmlType::F16, &data, 4, &[2, 0], &mut out).unwrap();
     assert_eq!(out, [8.0, 9.0, 10.0, 11.0, 0.0, 1.0, 2.0, 3.0]);
     // F32 rows are copied.
     let f: Vec<u8> = [1.5f32, -2.0]
@@ -195,7 +195,7 @@ fn get_rows_dequantizes_the_selected_rows() {
         .flat_map(|v| v.to_le_bytes())
         .collect();
     let mut one = [0.0; 1];
-    vec_ops::get_rows(GgmlType::F32, &f, 1, &[1], &mut one).unwrap();
+    kernels::get_rows(GgmlType::F32, &f, 1, &[1], &mut one).unwrap();
     assert_eq!(one, [-2.0]);
 }
 
@@ -204,7 +204,7 @@ fn get_rows_errors() {
     let data = vec![0u8; 24];
     let mut out = vec![0.0; 4];
     assert_eq!(
-        vec_ops::get_rows(GgmlType::F16, &data, 4, &[3], &mut out),
+        kernels::get_rows(GgmlType::F16, &data, 4, &[3], &mut out),
         Err(OpsError::RowId {
             index: 0,
             id: 3,
@@ -212,7 +212,7 @@ fn get_rows_errors() {
         })
     );
     assert_eq!(
-        vec_ops::get_rows(GgmlType::F16, &data, 4, &[i32::MIN], &mut out),
+        kernels::get_rows(GgmlType::F16, &data, 4, &[i32::MIN], &mut out),
         Err(OpsError::RowId {
             index: 0,
             id: i32::MIN,
@@ -220,33 +220,33 @@ fn get_rows_errors() {
         })
     );
     assert!(matches!(
-        vec_ops::get_rows(GgmlType::F16, &data, 5, &[0], &mut [0.0; 5]),
+        kernels::get_rows(GgmlType::F16, &data, 5, &[0], &mut [0.0; 5]),
         Err(OpsError::Ragged { .. })
     ));
     assert!(matches!(
-        vec_ops::get_rows(GgmlType::Q4K, &data, 4, &[0], &mut out),
+        kernels::get_rows(GgmlType::Q4K, &data, 4, &[0], &mut out),
         Err(OpsError::Ragged { .. })
     ));
     assert!(matches!(
-        vec_ops::get_rows(GgmlType::F16, &data, 4, &[0, 1], &mut out),
+        kernels::get_rows(GgmlType::F16, &data, 4, &[0, 1], &mut out),
         Err(OpsError::Length { .. })
     ));
     assert!(matches!(
-        vec_ops::get_rows(GgmlType::F16, &data, 0, &[], &mut []),
+        kernels::get_rows(GgmlType::F16, &data, 0, &[], &mut []),
         Err(OpsError::Ragged { .. })
     ));
     // Nothing selected is fine.
-    vec_ops::get_rows(GgmlType::F16, &data, 4, &[], &mut []).unwrap();
+    kernels::get_rows(GgmlType::F16, &data, 4, &[], &mut []).unwrap();
     assert!(matches!(
-        vec_ops::select_rows(&[0.0; 6], 3, &[-1], &mut [0.0; 3]),
+        kernels::select_rows(&[0.0; 6], 3, &[-1], &mut [0.0; 3]),
         Err(OpsError::RowId { .. })
     ));
     assert!(matches!(
-        vec_ops::select_rows(&[0.0; 6], 3, &[0], &mut [0.0; 2]),
+        kernels::select_rows(&[0.0; 6], 3, &[0], &mut [0.0; 2]),
         Err(OpsError::Length { .. })
     ));
     assert!(matches!(
-        vec_ops::select_rows(&[0.0; 6], 0, &[0], &mut []),
+        kernels::select_rows(&[0.0; 6], 0, &[0], &mut []),
         Err(OpsError::BadDim { .. })
     ));
 }
@@ -255,26 +255,26 @@ fn get_rows_errors() {
 fn shape_errors_are_typed() {
     let mut out = vec![0.0; 6];
     assert!(matches!(
-        vec_ops::rms_norm(&[1.0; 6], None, 4, 1e-6, &mut out),
+        kernels::rms_norm(&[1.0; 6], None, 4, 1e-6, &mut out),
         Err(OpsError::Ragged { .. })
     ));
     assert!(matches!(
-        vec_ops::swiglu(&[1.0; 6], &[1.0; 5], 3, &mut out),
+        kernels::swiglu(&[1.0; 6], &[1.0; 5], 3, &mut out),
         Err(OpsError::Length { .. })
     ));
     assert!(matches!(
-        vec_ops::soft_max(&[1.0; 6], 0, 1.0, &mut out),
+        kernels::soft_max(&[1.0; 6], 0, 1.0, &mut out),
         Err(OpsError::BadDim { .. })
     ));
     assert!(matches!(
-        vec_ops::add_inplace(&mut out, &[]),
+        kernels::add_inplace(&mut out, &[]),
         Err(OpsError::BadDim { .. })
     ));
     assert!(matches!(
-        vec_ops::rope_neox(&mut out, &[0], 1, 5, 1e4),
+        kernels::rope_neox(&mut out, &[0], 1, 5, 1e4),
         Err(OpsError::BadDim { .. })
     ));
-    let e = vec_ops::rms_norm(&[1.0; 6], Some(&[1.0; 2]), 3, 1e-6, &mut out).unwrap_err();
+    let e = kernels::rms_norm(&[1.0; 6], Some(&[1.0; 2]), 3, 1e-6, &mut out).unwrap_err();
     assert_eq!(
         e,
         OpsError::Length {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use minfer::vec_ops::{self, AttnArgs, Isa, Pool};
+use minfer::backends::cpu::kernels::{self, AttnArgs, Isa, Pool};
 
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
     common::rng::symmetric(seed, n, scale)
@@ -65,10 +65,10 @@ fn others() -> Vec<Isa> {
 fn expf_row() {
     for x in [specials(), rng(1, 4099, 150.0), rng(2, 333, 3.0)] {
         let mut want = vec![0.0; x.len()];
-        vec_ops::expf::expf_row_with(Isa::Scalar, &x, &mut want);
+        kernels::expf::expf_row_with(Isa::Scalar, &x, &mut want);
         for isa in others() {
             let mut got = vec![0.0; x.len()];
-            vec_ops::expf::expf_row_with(isa, &x, &mut got);
+            kernels::expf::expf_row_with(isa, &x, &mut got);
             assert_eq!(bits(&got), bits(&want), "{isa:?}");
         }
     }
@@ -86,13 +86,13 @@ fn silu_and_swiglu() {
         let up = rng(5, x.len(), 4.0);
         let mut want = vec![0.0; x.len()];
         let mut want_sw = vec![0.0; x.len()];
-        vec_ops::silu_with(Isa::Scalar, &x, d, &mut want).unwrap();
-        vec_ops::swiglu_with(Isa::Scalar, &x, &up, d, &mut want_sw).unwrap();
+        kernels::silu_with(Isa::Scalar, &x, d, &mut want).unwrap();
+        kernels::swiglu_with(Isa::Scalar, &x, &up, d, &mut want_sw).unwrap();
         for isa in others() {
             let mut got = vec![0.0; x.len()];
-            vec_ops::silu_with(isa, &x, d, &mut got).unwrap();
+            kernels::silu_with(isa, &x, d, &mut got).unwrap();
             assert_eq!(bits(&got), bits(&want), "silu {isa:?} d {d}");
-            vec_ops::swiglu_with(isa, &x, &up, d, &mut got).unwrap();
+            kernels::swiglu_with(isa, &x, &up, d, &mut got).unwrap();
             assert_eq!(bits(&got), bits(&want_sw), "swiglu {isa:?} d {d}");
         }
     }
@@ -104,11 +104,11 @@ fn swiglu_matches_silu_then_mul() {
         for d in [3, 16, 40, 4864] {
             let (g, u) = (rng(6, d * 3, 30.0), rng(7, d * 3, 2.0));
             let mut fused = vec![0.0; d * 3];
-            vec_ops::swiglu_with(isa, &g, &u, d, &mut fused).unwrap();
+            kernels::swiglu_with(isa, &g, &u, d, &mut fused).unwrap();
             let mut s = vec![0.0; d * 3];
-            vec_ops::silu_with(isa, &g, d, &mut s).unwrap();
+            kernels::silu_with(isa, &g, d, &mut s).unwrap();
             let mut prod = vec![0.0; d * 3];
-            vec_ops::mul(&s, &u, &mut prod).unwrap();
+            kernels::mul(&s, &u, &mut prod).unwrap();
             assert_eq!(bits(&fused), bits(&prod), "{isa:?} d {d}");
         }
     }
@@ -125,16 +125,16 @@ fn soft_max_rows() {
     ] {
         let x = rng(d as u32, d * 3, 40.0);
         let mut want = vec![0.0; d * 3];
-        vec_ops::soft_max_with(Isa::Scalar, &x, d, scale, &mut want).unwrap();
+        kernels::soft_max_with(Isa::Scalar, &x, d, scale, &mut want).unwrap();
         let mut want_c = vec![0.0; d];
-        vec_ops::soft_max_row_with(Isa::Scalar, &x[..d], scale, d.div_ceil(3), &mut want_c)
+        kernels::soft_max_row_with(Isa::Scalar, &x[..d], scale, d.div_ceil(3), &mut want_c)
             .unwrap();
         for isa in others() {
             let mut got = vec![0.0; d * 3];
-            vec_ops::soft_max_with(isa, &x, d, scale, &mut got).unwrap();
+            kernels::soft_max_with(isa, &x, d, scale, &mut got).unwrap();
             assert_eq!(bits(&got), bits(&want), "{isa:?} d {d}");
             let mut got_c = vec![0.0; d];
-            vec_ops::soft_max_row_with(isa, &x[..d], scale, d.div_ceil(3), &mut got_c).unwrap();
+            kernels::soft_max_row_with(isa, &x[..d], scale, d.div_ceil(3), &mut got_c).unwrap();
             assert_eq!(bits(&got_c), bits(&want_c), "causal {isa:?} d {d}");
         }
     }
@@ -142,11 +142,11 @@ fn soft_max_rows() {
     let mut x = rng(9, 64, 1000.0);
     x[17] = 5000.0;
     let mut want = vec![0.0; 64];
-    vec_ops::soft_max_with(Isa::Scalar, &x, 64, 1.0, &mut want).unwrap();
+    kernels::soft_max_with(Isa::Scalar, &x, 64, 1.0, &mut want).unwrap();
     assert_eq!(want[17], 1.0);
     for isa in others() {
         let mut got = vec![0.0; 64];
-        vec_ops::soft_max_with(isa, &x, 64, 1.0, &mut got).unwrap();
+        kernels::soft_max_with(isa, &x, 64, 1.0, &mut got).unwrap();
         assert_eq!(bits(&got), bits(&want), "{isa:?}");
     }
 }
@@ -157,10 +157,10 @@ fn dot() {
         0usize, 1, 7, 8, 9, 16, 24, 63, 64, 65, 72, 100, 128, 191, 256, 1000, 4097,
     ] {
         let (x, y) = (rng(10 + n as u32, n, 3.0), rng(20 + n as u32, n, 3.0));
-        let want = vec_ops::dot_f32_with(Isa::Scalar, &x, &y);
+        let want = kernels::dot_f32_with(Isa::Scalar, &x, &y);
         for isa in others() {
             assert_eq!(
-                vec_ops::dot_f32_with(isa, &x, &y).to_bits(),
+                kernels::dot_f32_with(isa, &x, &y).to_bits(),
                 want.to_bits(),
                 "{isa:?} n {n}"
             );
@@ -189,10 +189,10 @@ fn attention() {
             scale: 1.0 / (hd as f32).sqrt(),
         };
         let mut want = vec![0.0; q.len()];
-        vec_ops::attention_with(Isa::Scalar, &pool, &args, &mut want).unwrap();
+        kernels::attention_with(Isa::Scalar, &pool, &args, &mut want).unwrap();
         for isa in others() {
             let mut got = vec![0.0; q.len()];
-            vec_ops::attention_with(isa, &pool, &args, &mut got).unwrap();
+            kernels::attention_with(isa, &pool, &args, &mut got).unwrap();
             assert_eq!(bits(&got), bits(&want), "{isa:?} hd {hd}");
         }
     }

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Instant;
 
-use minfer::vec_ops::{self, AttnArgs, Isa, Pool, RopeCache};
+use minfer::backends::cpu::kernels::{self, AttnArgs, Isa, Pool, RopeCache};
 
 fn rng(seed: u32, n: usize, scale: f32) -> Vec<f32> {
     common::rng::symmetric(seed, n, scale)
@@ -39,12 +39,12 @@ fn timings() {
         let w = rng(2, d, 1.0);
         let mut y = vec![0.0; nt * d];
         let t_norm = time(20, || {
-            vec_ops::rms_norm(&x, Some(&w), d, 1e-6, &mut y).unwrap()
+            kernels::rms_norm(&x, Some(&w), d, 1e-6, &mut y).unwrap()
         });
         let (g, u) = (rng(3, nt * n_ff, 8.0), rng(4, nt * n_ff, 2.0));
         let mut o = vec![0.0; nt * n_ff];
         let t_swiglu = time(10, || {
-            vec_ops::swiglu_with(isa, &g, &u, n_ff, &mut o).unwrap()
+            kernels::swiglu_with(isa, &g, &u, n_ff, &mut o).unwrap()
         });
         let positions: Vec<i32> = (0..nt as i32).collect();
         let mut q = rng(5, nt * nh * hd, 1.0);
@@ -74,7 +74,7 @@ fn timings() {
             };
             let mut out = vec![0.0; nh * hd];
             let t = time(20, || {
-                vec_ops::attention_with(isa, &pool, &a, &mut out).unwrap()
+                kernels::attention_with(isa, &pool, &a, &mut out).unwrap()
             });
             println!(
                 "{:>6}: decode attention at pos {pos:5}: {t:8.1} us",
@@ -96,7 +96,7 @@ fn timings() {
         };
         let mut out = vec![0.0; qp.len()];
         let t = time(3, || {
-            vec_ops::attention_with(isa, &pool, &a, &mut out).unwrap()
+            kernels::attention_with(isa, &pool, &a, &mut out).unwrap()
         });
         println!(
             "{:>6}: prefill attention of {nt} tokens: {:8.1} ms",

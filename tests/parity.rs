@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use minfer::generate::{Engine, EngineParams, argmax};
 use minfer::quants::simd::{Isa as DotIsa, active_isa};
-use minfer::vec_ops::Isa as OpsIsa;
+use minfer::backends::cpu::kernels::Isa as OpsIsa;
 use minfer::gguf::GgufFile;
 use minfer::models::load_model;
 
@@ -64,7 +64,7 @@ fn records(file: &str) -> Vec<Record> {
 fn engine(model: &str, threads: usize) -> Engine {
     let f = GgufFile::open(common::model_path(model)).expect("model opens");
     let m = load_model(Arc::new(f)).expect("model loads");
-    Engine::new(Arc::new(m), &EngineParams { n_ctx: 512, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
+    Engine::new(Arc::new(m), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 512, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
 }
 
 struct Stats {

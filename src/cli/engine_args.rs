@@ -66,6 +66,8 @@ impl EngineArgs {
         // No trace or node dump (those are the target's), the same backends as the target.
         let p = EngineParams {
             n_ctx: other.n_ctx(),
+            n_ubatch: self.ubatch.unwrap_or(crate::generate::DEFAULT_UBATCH),
+            memory_cap: None,
             n_threads: 1,
             backends: self.backend.clone(),
             trace: false,
@@ -91,6 +93,8 @@ impl EngineArgs {
         }
         let p = EngineParams {
             n_ctx,
+            n_ubatch: self.ubatch.unwrap_or(crate::generate::DEFAULT_UBATCH),
+            memory_cap: None,
             n_threads: self.threads.unwrap_or_else(default_threads).max(1),
             backends: self.backend.clone(),
             trace: trace_from_env(),

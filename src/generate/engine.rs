@@ -7,13 +7,16 @@
 
 use std::sync::Arc;
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::trace::TraceRecorder;
+use crate::backends;
 use crate::graph::{
-    Backend, BackendRegistry, BackendScheduler, CParams, KvType, ComputeGraph, CpuBackend, FusionPass, GraphAllocator, GraphCache, GraphError, GraphParams,
-    GraphType, Prepared, WeightStore,
+    Backend, BackendConfig, BackendScheduler, CParams, ComputeGraph, FusionPass, GraphAllocator, GraphCache, GraphError, GraphParams,
+    GraphType, KvType, MemoryStats, Prepared, WeightId, WeightStore,
 };
 use crate::models::Model;
-use super::trace::TraceRecorder;
-use crate::vec_ops::{Pool, PoolError};
+use crate::workers::{Pool, PoolError};
 
 pub mod kv;
 
@@ -22,6 +25,12 @@ pub mod kv;
 pub struct EngineParams {
     /// KV rows (tokens of context).
     pub n_ctx: usize,
+    /// The most tokens one forward pass evaluates (llama.cpp's `n_ubatch`): the compute arenas
+    /// are reserved for it once, and a longer prompt is evaluated in chunks of this size.
+    pub n_ubatch: usize,
+    /// A cap on each backend's allocations (bytes); `None`: the device's memory (the CPU also
+    /// reads `MINFER_CPU_MEMORY_CAP`).
+    pub memory_cap: Option<usize>,
     pub n_threads: usize,
     /// `--backend` fence (comma-separated names); `None` reads `MINFER_BACKENDS`.
     pub backends: Option<String>,
@@ -95,6 +104,8 @@ impl Default for EngineParams {
     fn default() -> Self {
         EngineParams {
             n_ctx: 4096,
+            n_ubatch: DEFAULT_UBATCH,
+            memory_cap: None,
             n_threads: default_threads(),
             backends: None,
             trace: trace_from_env(),
@@ -136,6 +147,9 @@ fn observed_execute(
     Ok(())
 }
 
+/// Tokens per forward pass the arenas are reserved for, as llama.cpp's default `n_ubatch`.
+pub const DEFAULT_UBATCH: usize = 512;
+
 /// The number of cores, at least 1.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
@@ -160,6 +174,8 @@ pub enum EngineError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("n_ctx must be at least 1")]
     ZeroContext,
+    #[error("n_ubatch must be at least 1")]
+    ZeroUbatch,
     #[error("n_out {n_out} must be between 1 and the {n_tokens} tokens evaluated")]
     BadOutputRows { n_out: usize, n_tokens: usize },
     #[error("the KV cells are not at their positions (cell {cell} holds position {pos}): apply kv_shift before evaluating")]
@@ -208,6 +224,8 @@ impl EngineShared {
 
 pub struct Engine {
     model: Arc<Model>,
+    weights: Arc<WeightStore>,
+    n_ubatch: usize,
     cache: GraphCache,
     sched: BackendScheduler,
     /// The CPU backend's workers; a forward pass runs inside [`Pool::install`].
@@ -235,14 +253,20 @@ impl Engine {
         if p.n_ctx == 0 {
             return Err(EngineError::ZeroContext);
         }
-        let registry = BackendRegistry::builtin();
+        if p.n_ubatch == 0 {
+            return Err(EngineError::ZeroUbatch);
+        }
+        let registry = backends::registry();
         let fence = registry.resolve_fence(p.backends.as_deref())?;
         let (weights, pool) = (shared.weights.clone(), shared.pool.clone());
         let mut alloc = GraphAllocator::new(registry, fence);
-        alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_model(weights, pool.clone())))?;
-        let cparams = CParams { n_ctx: p.n_ctx, flash_attn: false, gpu: false, fuse_qkv: false, fuse_ffn: false, kv_type: p.kv_type };
-        Ok(Engine {
+        let config = BackendConfig { n_threads: pool.n_threads(), workers: Some(pool.clone()), memory_cap: p.memory_cap };
+        backends::enable_all(&mut alloc, &config)?;
+        let cparams = CParams { n_ctx: p.n_ctx, kv_type: p.kv_type };
+        let mut engine = Engine {
             model,
+            weights,
+            n_ubatch: p.n_ubatch.min(p.n_ctx),
             pool,
             cache: GraphCache::new(alloc),
             sched: BackendScheduler::with_trace(p.trace),
@@ -252,7 +276,51 @@ impl Engine {
             last: None,
             dump: p.dump.clone(),
             tracer: None,
-        })
+        };
+        engine.reserve()?;
+        Ok(engine)
+    }
+
+    /// Reserves once: the KV regions of every layer and each backend's compute arena, sized
+    /// for the largest graph (`n_ubatch` tokens) and the decode graph; then offers each backend
+    /// the weights its nodes use. An allocation that does not fit fails here, before any
+    /// evaluation, naming the backend and the bytes.
+    fn reserve(&mut self) -> Result<(), EngineError> {
+        let mut used: BTreeMap<Backend, BTreeSet<WeightId>> = BTreeMap::new();
+        for nt in [self.n_ubatch, 1] {
+            let params = self.graph_params(nt, 1);
+            let mut graph = self.model.def.build_graph(&params)?;
+            let alloc = self.cache.alloc_mut();
+            self.sched.assign_backends(&mut graph, alloc);
+            FusionPass::new().run(&mut graph, alloc);
+            alloc.reserve(&graph)?;
+            for node in &graph.nodes {
+                if let Some(b) = node.backend {
+                    used.entry(b).or_default().extend(node.weights());
+                }
+            }
+        }
+        let alloc = self.cache.alloc_mut();
+        for (backend, ids) in used {
+            let ids: Vec<WeightId> = ids.into_iter().collect();
+            alloc.pool_mut(backend)?.load_weights(&self.weights, &ids)?;
+        }
+        Ok(())
+    }
+
+    /// The largest number of tokens one forward pass evaluates (the reserve).
+    pub fn n_ubatch(&self) -> usize {
+        self.n_ubatch
+    }
+
+    /// `backend`'s allocation counters (`None`: not enabled).
+    pub fn memory(&self, backend: Backend) -> Option<MemoryStats> {
+        self.cache.alloc().memory(backend)
+    }
+
+    /// The backends this engine runs on, in identity order.
+    pub fn backends(&self) -> Vec<Backend> {
+        self.cache.alloc().backends()
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -372,8 +440,8 @@ impl Engine {
         if let Some(t) = self.tracer.as_mut() {
             t.begin_step(&params, graph, &self.model, n_past, tokens);
             for &id in &graph.inputs {
-                if let Some(data) = alloc.read_node(id) {
-                    t.observe(&graph.nodes[id], data);
+                if let Ok(data) = alloc.node_words(id) {
+                    t.observe(&graph.nodes[id], &data);
                 }
             }
         }
@@ -410,8 +478,8 @@ impl Engine {
         Ok(logits)
     }
 
-    /// Evaluates a prompt in chunks of at most `ubatch` tokens (all at once when `None`);
-    /// returns the logits of its last token.
+    /// Evaluates a prompt in chunks of at most `ubatch` tokens (`n_ubatch` when `None`, the
+    /// reserve's size); returns the logits of its last token.
     pub fn prefill(&mut self, tokens: &[u32], ubatch: Option<usize>) -> Result<Vec<f32>, EngineError> {
         if tokens.is_empty() {
             return Err(EngineError::NoTokens);
@@ -423,7 +491,7 @@ impl Engine {
                 n_ctx: self.cparams.n_ctx,
             });
         }
-        let chunk = ubatch.unwrap_or(tokens.len()).max(1);
+        let chunk = ubatch.unwrap_or(self.n_ubatch).max(1);
         let mut logits = Vec::new();
         for part in tokens.chunks(chunk) {
             logits = self.eval(part, 1)?;

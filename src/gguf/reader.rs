@@ -239,7 +239,8 @@ pub fn parse(buf: &[u8]) -> Result<Header, GgufError> {
 
     let tensors = raw
         .into_iter()
-        .map(|t| check_tensor(t, alignment, data_len))
+        .enumerate()
+        .map(|(index, t)| check_tensor(index as u32, t, alignment, data_len))
         .collect::<Result<Vec<_>, _>>()?;
 
     let header = Header { version, metadata, tensors, alignment, data_offset };
@@ -247,7 +248,7 @@ pub fn parse(buf: &[u8]) -> Result<Header, GgufError> {
     Ok(header)
 }
 
-fn check_tensor(t: RawTensor, alignment: u64, data_len: u64) -> Result<TensorInfo, GgufError> {
+fn check_tensor(index: u32, t: RawTensor, alignment: u64, data_len: u64) -> Result<TensorInfo, GgufError> {
     let RawTensor { name, dims, type_id, offset } = t;
     let (block, type_size) = ggml_block_geometry(type_id)
         .ok_or_else(|| GgufError::UnknownTensorType { tensor: name.clone(), type_id })?;
@@ -273,7 +274,7 @@ fn check_tensor(t: RawTensor, alignment: u64, data_len: u64) -> Result<TensorInf
         let end = offset.saturating_add(n_bytes);
         return Err(GgufError::TensorOutOfBounds { tensor: name, start: offset, end, data_len });
     }
-    Ok(TensorInfo { name, dims, type_id, ty: GgmlType::from_id(type_id), offset, n_elements, n_bytes })
+    Ok(TensorInfo { index, name, dims, type_id, ty: GgmlType::from_id(type_id), offset, n_elements, n_bytes })
 }
 
 /// Every `tokenizer.ggml.*_token_id` must name a token of the vocabulary.

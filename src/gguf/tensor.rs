@@ -5,6 +5,8 @@ use crate::quants::{GgmlType, QuantError, ggml_type_name};
 /// One tensor of a GGUF file, validated against the data section by the reader.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorInfo {
+    /// Position in the file's tensor table (the weight handle the graph records).
+    pub index: u32,
     pub name: String,
     /// ggml `ne`: `dims[0]` is the row length (fastest), so a weight is `[in, out]`.
     pub dims: Vec<u64>,

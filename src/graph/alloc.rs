@@ -1,64 +1,69 @@
 //! The graph allocator: the single owner of every buffer.
 //!
-//! Backends own pools; the allocator decides which pool buffer every live node writes, and it
-//! owns the persistent per-layer KV regions, which survive graph rebuilds (a `GraphCache` keeps
-//! the allocator across `replace_graph`). The scheduler never allocates.
+//! Per backend it holds one **compute arena** (a single buffer the backend allocated) and the
+//! persistent per-layer **KV regions** (one buffer per K and per V half, created on first use,
+//! kept across graph rebuilds: a `GraphCache` keeps the allocator across `replace_graph`). The
+//! [`planner`](super::planner) places every node at an offset inside its backend's arena; the
+//! allocator turns that layout into [`TensorRef`]s and per-split [`NodeWork`] lists. The
+//! scheduler never allocates.
 //!
-//! [`GraphAllocator::alloc_graph`] plans one graph:
-//! 1. release the previous graph's buffers into their pools (KV regions are untouched);
-//! 2. validate the graph (acyclic, sources before consumers);
-//! 3. liveness **in build order** — the order the scheduler executes — never the Kahn order of
-//!    `topo_order()`, which can move a source-less node ahead and let a later node reuse an input
-//!    the scheduler has not read yet (the G3 regression). Inputs and outputs are never freed: an
-//!    input is host-filled before execution, so sharing its buffer would let a later fill (or an
-//!    earlier-dead node) clobber it;
-//! 4. in-place aliasing: an op whose table row says `in_place_safe` (Silu, RoPE) writes over its
-//!    `src[0]` when this node is that value's sole live consumer on the same backend (and the
-//!    value is neither an input, an output nor a KV view);
-//! 5. `KvcacheStore` / `KvcacheLoad` bind their node buffer to the layer's K region, created on
-//!    first use by [`ensure_kv`](GraphAllocator::ensure_kv) on the backend of the node that first
-//!    touches the layer; dead nodes (orphaned by fusion) get no buffer at all.
+//! Reserve once: [`GraphAllocator::reserve`] plans the worst-case graph (the most tokens per
+//! step, full context) and sizes each arena for it; every later graph is planned into the
+//! arena it already has. A graph that needs more than the reserve grows the arena (a new
+//! buffer, counted by the backend) — which the engine avoids by splitting prompts into
+//! micro-batches no larger than the reserve.
 //!
-//! Buffers are f32; I32 inputs are stored as bit patterns (`f32::from_bits`).
+//! Allocation is fallible: a backend that cannot hold a region answers
+//! [`OutOfMemory`](super::backend::OutOfMemory), surfaced as [`GraphError::OutOfMemory`] with
+//! the backend and the bytes asked.
 
 use std::collections::BTreeMap;
 
-use super::backend::{BackendImpl, KvPair, KvProvider};
-use super::cpu_backend::CpuBackend;
+use super::backend::{BackendImpl, BufRef, BufferId, BufferUsage, KvPair, KvProvider, MemoryStats, NodeWork, SplitWork, TensorRef};
 use super::error::GraphError;
-use super::ops::{FusedOp, NodeMeta, Op};
+use super::ops::{FusedOp, NodeMeta};
+use super::planner::{Layout, Slot, plan_layout};
 use super::registry::{Backend, BackendFence, BackendRegistry};
-use super::{BufRef, ComputeGraph, DType, NodeId, PersistentBuf};
+use super::scheduler::Split;
+use super::{CNode, ComputeGraph, DType, NodeId, PersistentBuf};
 
-/// One backend's pool, under its registry handle.
+/// One backend's implementation under its registry handle, with its arena.
 struct Pool {
     backend: Backend,
     imp: Box<dyn BackendImpl>,
+    /// The compute arena: buffer and size (bytes).
+    arena: Option<(BufferId, usize)>,
 }
 
-/// A layer's two persistent regions, each `len` f32 values (`[n_embd_kv, n_ctx]` token-major).
+/// A layer's two persistent regions.
 #[derive(Debug, Clone, Copy)]
 struct KvRegion {
     pair: KvPair,
-    len: usize,
 }
 
-/// Owner of the node buffers of the current graph, the split-boundary staging buffers and the
-/// persistent KV regions; holds one pool per enabled backend, in identity order.
+/// The installed plan of the current graph.
+#[derive(Debug, Default)]
+struct Plan {
+    nodes: usize,
+    tensors: Vec<Option<TensorRef>>,
+    cross: BTreeMap<(NodeId, Backend), TensorRef>,
+    splits: Vec<Split>,
+    work: Vec<Vec<NodeWork>>,
+}
+
+/// Owner of the arenas, the KV regions and the current plan; holds one pool per enabled
+/// backend, in identity order.
 pub struct GraphAllocator {
     registry: BackendRegistry,
     /// The registry's priority order, devices only (the CPU is the terminal, asked last).
     device_priority: Vec<Backend>,
     fence: BackendFence,
     pools: Vec<Pool>,
-    /// Current plan: the buffer of each node (`None`: dead, or not planned).
-    node_to_buf: Vec<Option<BufRef>>,
-    /// Plan buffers not returned to their pool during the walk (inputs, outputs, late values).
-    held: Vec<BufRef>,
-    /// Staging copies of a node's value on another backend, per (node, backend).
-    cross: BTreeMap<(NodeId, Backend), BufRef>,
+    plan: Option<Plan>,
     kv: BTreeMap<usize, KvRegion>,
     persistent: Vec<PersistentBuf>,
+    /// Host staging for copies between backends without a direct path (reused).
+    staging: Vec<u8>,
 }
 
 impl std::fmt::Debug for GraphAllocator {
@@ -66,15 +71,15 @@ impl std::fmt::Debug for GraphAllocator {
         f.debug_struct("GraphAllocator")
             .field("backends", &self.backends())
             .field("fence", &self.fence)
-            .field("planned_nodes", &self.node_to_buf.len())
+            .field("planned_nodes", &self.plan.as_ref().map(|p| p.nodes))
             .field("kv_layers", &self.kv.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
 
 impl GraphAllocator {
-    /// An allocator with a CPU pool; further backends join through
-    /// [`enable_backend`](Self::enable_backend).
+    /// An allocator without pools; backends join through [`enable_backend`](Self::enable_backend)
+    /// (the CPU must, before anything is planned: it is the terminal of the assignment walk).
     pub fn new(registry: BackendRegistry, fence: BackendFence) -> GraphAllocator {
         let device_priority = registry
             .by_priority()
@@ -86,38 +91,25 @@ impl GraphAllocator {
             registry,
             device_priority,
             fence,
-            pools: vec![Pool {
-                backend: Backend::CPU,
-                imp: Box::new(CpuBackend::new()),
-            }],
-            node_to_buf: Vec::new(),
-            held: Vec::new(),
-            cross: BTreeMap::new(),
+            pools: Vec::new(),
+            plan: None,
             kv: BTreeMap::new(),
             persistent: Vec::new(),
+            staging: Vec::new(),
         }
     }
 
-    /// The built-in registry, no fence, CPU only.
-    pub fn cpu_only() -> GraphAllocator {
-        GraphAllocator::new(BackendRegistry::builtin(), BackendFence::all())
-    }
-
-    /// Installs `pool` as `backend`'s pool (replacing an unused one, e.g. the CPU pool by a
-    /// test double). The handle must be in the registry.
-    pub fn enable_backend(
-        &mut self,
-        backend: Backend,
-        pool: Box<dyn BackendImpl>,
-    ) -> Result<(), GraphError> {
+    /// Installs `imp` as `backend`'s implementation (replacing one that holds no buffers). The
+    /// handle must be in the registry.
+    pub fn enable_backend(&mut self, backend: Backend, imp: Box<dyn BackendImpl>) -> Result<(), GraphError> {
         if self.registry.entry(backend).is_none() {
             return Err(GraphError::UnregisteredBackend { backend });
         }
         match self.pools.iter_mut().find(|p| p.backend == backend) {
-            Some(p) if p.imp.pool_len() > 0 => return Err(GraphError::PoolInUse { backend }),
-            Some(p) => p.imp = pool,
+            Some(p) if p.imp.memory().bytes_in_use > 0 || p.arena.is_some() => return Err(GraphError::PoolInUse { backend }),
+            Some(p) => p.imp = imp,
             None => {
-                self.pools.push(Pool { backend, imp: pool });
+                self.pools.push(Pool { backend, imp, arena: None });
                 self.pools.sort_by_key(|p| p.backend);
             }
         }
@@ -138,10 +130,7 @@ impl GraphAllocator {
     }
 
     pub fn pool(&self, backend: Backend) -> Option<&dyn BackendImpl> {
-        self.pools
-            .iter()
-            .find(|p| p.backend == backend)
-            .map(|p| p.imp.as_ref())
+        self.pools.iter().find(|p| p.backend == backend).map(|p| p.imp.as_ref())
     }
 
     pub fn pool_mut(&mut self, backend: Backend) -> Result<&mut dyn BackendImpl, GraphError> {
@@ -151,15 +140,25 @@ impl GraphAllocator {
         }
     }
 
-    /// The backend that takes a node of `(op, dtype)`: the registry's priority walk over the
-    /// fenced backends that have a pool, CPU last. `None` if not even the CPU claims it.
-    pub fn supports_for(&self, op: &Op, dtype: DType) -> Option<Backend> {
-        let claims = |b: Backend| self.pool(b).is_some_and(|p| p.supports_op(op, dtype));
-        let device = self
-            .device_priority
-            .iter()
-            .copied()
-            .find(|&b| self.fence.allows(b) && claims(b));
+    fn pool_entry(&mut self, backend: Backend) -> Result<&mut Pool, GraphError> {
+        self.pools.iter_mut().find(|p| p.backend == backend).ok_or(GraphError::NoPool { backend })
+    }
+
+    /// `backend`'s allocation counters.
+    pub fn memory(&self, backend: Backend) -> Option<MemoryStats> {
+        self.pool(backend).map(|p| p.memory())
+    }
+
+    /// The size of `backend`'s compute arena (0 before the first plan).
+    pub fn arena_bytes(&self, backend: Backend) -> usize {
+        self.pools.iter().find(|p| p.backend == backend).and_then(|p| p.arena).map_or(0, |(_, s)| s)
+    }
+
+    /// The backend that takes `node`: the registry's priority walk over the fenced backends
+    /// that have a pool, CPU last. `None` if not even the CPU claims it.
+    pub fn supports_for(&self, node: &CNode) -> Option<Backend> {
+        let claims = |b: Backend| self.pool(b).is_some_and(|p| p.supports_node(node));
+        let device = self.device_priority.iter().copied().find(|&b| self.fence.allows(b) && claims(b));
         device.or_else(|| claims(Backend::CPU).then_some(Backend::CPU))
     }
 
@@ -168,139 +167,176 @@ impl GraphAllocator {
         self.pool(backend).is_some_and(|p| p.supports_fused(fused))
     }
 
-    /// Returns the current plan's buffers and staging copies to their pools. KV regions stay.
+    /// Forgets the current plan. The arenas and the KV regions stay.
     pub fn release(&mut self) {
-        let bufs: Vec<BufRef> = self
-            .held
-            .drain(..)
-            .chain(std::mem::take(&mut self.cross).into_values())
-            .collect();
-        for buf in bufs {
-            if let Ok(pool) = self.pool_mut(buf.backend) {
-                pool.free_buffer(buf.id);
-            }
-        }
-        self.node_to_buf.clear();
+        self.plan = None;
     }
 
-    /// Plans buffers for `graph` (see the module docs). Every live node must have a backend
-    /// with a pool. On error nothing of the new plan stays allocated.
+    /// Sizes the arenas (and creates the KV regions) for `graph` without installing a plan:
+    /// the reserve of the worst-case graph. Arenas only grow.
+    pub fn reserve(&mut self, graph: &ComputeGraph) -> Result<(), GraphError> {
+        let layout = self.layout(graph)?;
+        self.ensure_kv_of(graph, &layout)?;
+        self.ensure_arenas(&layout)
+    }
+
+    /// Plans `graph` into the arenas and installs the plan. Every live node must have a
+    /// backend with a pool. On error no plan is installed.
     pub fn alloc_graph(&mut self, graph: &ComputeGraph) -> Result<(), GraphError> {
         self.release();
-        graph.validate()?;
-        let plan = Liveness::analyse(graph)?;
-        for backend in graph
-            .nodes
-            .iter()
-            .filter(|x| plan.live[x.id])
-            .filter_map(|x| x.backend)
-        {
-            self.pool_mut(backend)?;
-        }
-        // expiring[i]: buffers whose last reader runs before node i, returned before placing i.
-        let mut expiring: Vec<Vec<BufRef>> = vec![Vec::new(); graph.nodes.len()];
-        self.node_to_buf = vec![None; graph.nodes.len()];
-        let placed = self.place(graph, &plan, &mut expiring);
-        if placed.is_err() {
-            self.held.extend(expiring.into_iter().flatten());
-            self.release();
-        }
-        placed
+        let layout = self.layout(graph)?;
+        self.ensure_kv_of(graph, &layout)?;
+        self.ensure_arenas(&layout)?;
+        let plan = self.materialize(graph, layout)?;
+        self.plan = Some(plan);
+        Ok(())
     }
 
-    /// The build-order walk: return expired buffers, then give node `i` its buffer.
-    fn place(
-        &mut self,
-        graph: &ComputeGraph,
-        plan: &Liveness,
-        expiring: &mut [Vec<BufRef>],
-    ) -> Result<(), GraphError> {
-        let n = graph.nodes.len();
-        for node in &graph.nodes {
-            let i = node.id;
-            for buf in std::mem::take(&mut expiring[i]) {
-                self.pool_mut(buf.backend)?.free_buffer(buf.id);
+    fn layout(&self, graph: &ComputeGraph) -> Result<Layout, GraphError> {
+        let live = graph.live_mask();
+        for node in graph.nodes.iter().filter(|x| live[x.id]) {
+            if let Some(b) = node.backend
+                && self.pool(b).is_none()
+            {
+                return Err(GraphError::NoPool { backend: b });
             }
-            let (true, Some(backend)) = (plan.live[i], node.backend) else {
-                continue; // dead: no buffer, never executed
-            };
-            if node.op.binds_kv_region() {
-                let NodeMeta::Kvcache(meta) = &node.meta else {
-                    return Err(GraphError::MissingMeta {
-                        node: node.name.clone(),
-                        op: node.op.clone(),
-                        expected: "kvcache",
-                    });
-                };
-                let layer = node.op.kv_layer().unwrap_or(meta.layer);
-                let pair = self.ensure_kv(layer, backend, meta.region_len())?;
-                if pair.k.backend != backend {
-                    return Err(GraphError::KvBackendMismatch {
-                        node: node.name.clone(),
-                        layer,
-                        node_backend: backend,
-                        kv_backend: pair.k.backend,
-                    });
+        }
+        plan_layout(graph, |b| self.pool(b).map_or(64, |p| p.alignment()))
+    }
+
+    /// Creates the KV regions the graph's KV-bound nodes name, on their backends.
+    fn ensure_kv_of(&mut self, graph: &ComputeGraph, layout: &Layout) -> Result<(), GraphError> {
+        for (node, slot) in graph.nodes.iter().zip(&layout.slots) {
+            let (Some(Slot::Kv { layer }), Some(backend)) = (slot, node.backend) else { continue };
+            let meta = match &node.meta {
+                NodeMeta::Kvcache(m) => m,
+                NodeMeta::KvShift(m) => &m.kv,
+                _ => {
+                    return Err(GraphError::MissingMeta { node: node.name.clone(), op: node.op.clone(), expected: "kvcache" });
                 }
-                self.node_to_buf[i] = Some(pair.k);
-                continue;
-            }
-            let root = plan.root[i];
-            if root != i {
-                self.node_to_buf[i] = self.node_to_buf[root]; // in place over its source
-                continue;
-            }
-            // [n_elements] f32 from the pool's free list (exact length) or fresh.
-            let len = node.n_elements();
-            let buf = BufRef {
-                backend,
-                id: self.pool_mut(backend)?.alloc_buffer(len),
             };
-            self.node_to_buf[i] = Some(buf);
-            match plan.expiry[i].checked_add(1).filter(|&at| at < n) {
-                Some(at) => expiring[at].push(buf),
-                None => self.held.push(buf),
+            let pair = self.ensure_kv(*layer, backend, meta.region_bytes(), meta.kv_type.dtype())?;
+            if pair.k.backend() != backend {
+                return Err(GraphError::KvBackendMismatch {
+                    node: node.name.clone(),
+                    layer: *layer,
+                    node_backend: backend,
+                    kv_backend: pair.k.backend(),
+                });
             }
         }
         Ok(())
     }
 
-    /// The layer's K and V regions (`len` f32 each), created zero-filled on `backend` on first
-    /// use and kept across rebuilds. They come from `alloc_fresh`: a recycled id could still be
-    /// written by a node of the current plan.
-    pub fn ensure_kv(
-        &mut self,
-        layer: usize,
-        backend: Backend,
-        len: usize,
-    ) -> Result<KvPair, GraphError> {
+    /// Grows each arena the layout needs more of (a new buffer; the old one is freed first).
+    fn ensure_arenas(&mut self, layout: &Layout) -> Result<(), GraphError> {
+        for (&backend, &bytes) in &layout.arena_bytes {
+            let pool = self.pool_entry(backend)?;
+            if let Some((_, have)) = pool.arena
+                && have >= bytes
+            {
+                continue;
+            }
+            if let Some((old, _)) = pool.arena.take() {
+                pool.imp.free_buffer(old);
+            }
+            let id = pool.imp.alloc_buffer(bytes, BufferUsage::Compute)?;
+            pool.arena = Some((id, bytes));
+        }
+        Ok(())
+    }
+
+    fn slot_tensor(&self, slot: Slot, dtype: DType) -> Result<TensorRef, GraphError> {
+        match slot {
+            Slot::Arena { backend, offset, bytes } => {
+                let (id, _) = self.pools.iter().find(|p| p.backend == backend).and_then(|p| p.arena).ok_or(GraphError::NoPool { backend })?;
+                Ok(TensorRef { buf: BufRef { backend, id }, offset, bytes, dtype })
+            }
+            Slot::Kv { layer } => {
+                let pair = self.kv_pair(layer).ok_or_else(|| GraphError::KvMissing { node: format!("kv.{layer}"), layer })?;
+                Ok(pair.k)
+            }
+        }
+    }
+
+    /// The layout as tensors, and each split's node work.
+    fn materialize(&self, graph: &ComputeGraph, layout: Layout) -> Result<Plan, GraphError> {
+        let mut tensors = Vec::with_capacity(graph.nodes.len());
+        for (node, slot) in graph.nodes.iter().zip(&layout.slots) {
+            tensors.push(slot.map(|s| self.slot_tensor(s, node.out_dtype)).transpose()?);
+        }
+        let mut cross = BTreeMap::new();
+        for (&(node, backend), &slot) in &layout.staging {
+            cross.insert((node, backend), self.slot_tensor(slot, graph.nodes[node].out_dtype)?);
+        }
+        let mut work = Vec::with_capacity(layout.splits.len());
+        for split in &layout.splits {
+            let mut items = Vec::new();
+            for node in &graph.nodes[split.node_range.0..split.node_range.1] {
+                let Some(out) = tensors[node.id] else { continue }; // dead
+                if node.is_input() {
+                    continue; // host-filled
+                }
+                let mismatch = |buffer: Backend| GraphError::BackendMismatch { node: node.name.clone(), split: split.backend, buffer };
+                if out.backend() != split.backend {
+                    return Err(mismatch(out.backend()));
+                }
+                let srcs = node
+                    .src
+                    .iter()
+                    .map(|&s| {
+                        let canon = tensors.get(s).copied().flatten().ok_or(GraphError::NoBuffer { node: s })?;
+                        match canon.backend() == split.backend {
+                            true => Ok(canon),
+                            false => cross.get(&(s, split.backend)).copied().ok_or_else(|| mismatch(canon.backend())),
+                        }
+                    })
+                    .collect::<Result<Vec<_>, GraphError>>()?;
+                let kv = match node.kv_layer() {
+                    Some(layer) => {
+                        let pair = self.kv_pair(layer).ok_or_else(|| GraphError::KvMissing { node: node.name.clone(), layer })?;
+                        if pair.k.backend() != split.backend {
+                            return Err(GraphError::KvBackendMismatch {
+                                node: node.name.clone(),
+                                layer,
+                                node_backend: split.backend,
+                                kv_backend: pair.k.backend(),
+                            });
+                        }
+                        Some(pair)
+                    }
+                    None => None,
+                };
+                items.push(NodeWork { node: node.id, out, srcs, kv });
+            }
+            work.push(items);
+        }
+        Ok(Plan { nodes: graph.nodes.len(), tensors, cross, splits: layout.splits, work })
+    }
+
+    /// The layer's K and V regions (`bytes` each, cells of `dtype`), created zero-filled on
+    /// `backend` on first use and kept across rebuilds.
+    pub fn ensure_kv(&mut self, layer: usize, backend: Backend, bytes: usize, dtype: DType) -> Result<KvPair, GraphError> {
         if let Some(region) = self.kv.get(&layer) {
-            if region.len != len {
-                return Err(GraphError::KvRegionSize {
-                    layer,
-                    have: region.len,
-                    want: len,
-                });
+            if region.pair.k.bytes != bytes || region.pair.k.dtype != dtype {
+                return Err(GraphError::KvRegionSize { layer, have: region.pair.k.bytes, want: bytes });
             }
             return Ok(region.pair);
         }
         let pool = self.pool_mut(backend)?;
-        let k = BufRef {
-            backend,
-            id: pool.alloc_fresh(len),
+        let k = pool.alloc_buffer(bytes, BufferUsage::Kv)?;
+        let v = match pool.alloc_buffer(bytes, BufferUsage::Kv) {
+            Ok(v) => v,
+            Err(e) => {
+                pool.free_buffer(k);
+                return Err(e.into());
+            }
         };
-        let v = BufRef {
-            backend,
-            id: pool.alloc_fresh(len),
-        };
-        let pair = KvPair { k, v };
-        self.kv.insert(layer, KvRegion { pair, len });
-        for (half, buf) in [("k", k), ("v", v)] {
-            self.persistent.push(PersistentBuf {
-                name: format!("kv.{layer}.{half}"),
-                buf,
-                len,
-            });
+        let tensor = |id| TensorRef { buf: BufRef { backend, id }, offset: 0, bytes, dtype };
+        let pair = KvPair { k: tensor(k), v: tensor(v) };
+        self.kv.insert(layer, KvRegion { pair });
+        for (half, t) in [("k", pair.k), ("v", pair.v)] {
+            self.persistent.push(PersistentBuf { name: format!("kv.{layer}.{half}"), buf: t.buf, bytes });
         }
         Ok(pair)
     }
@@ -310,57 +346,87 @@ impl GraphAllocator {
         &self.persistent
     }
 
-    /// Errors unless the current plan was made for a graph of `graph`'s size: executing an
-    /// unplanned graph would otherwise skip every node as dead.
+    /// Errors unless the current plan was made for `graph`: its size, and every node still on
+    /// the backend its region was planned on (a node moved after planning would run on one
+    /// backend against another's memory).
     pub fn check_plan(&self, graph: &ComputeGraph) -> Result<(), GraphError> {
-        match self.node_to_buf.len() == graph.nodes.len() {
-            true => Ok(()),
-            false => Err(GraphError::NotPlanned {
-                nodes: graph.nodes.len(),
-                planned: self.node_to_buf.len(),
-            }),
-        }
-    }
-
-    /// Node `id`'s buffer in the current plan (`None`: dead or unplanned).
-    pub fn node_buffer(&self, id: NodeId) -> Option<BufRef> {
-        self.node_to_buf.get(id).copied().flatten()
-    }
-
-    /// The staging copy of node `id` on `backend`, if one was made this plan.
-    pub fn cross_buffer(&self, id: NodeId, backend: Backend) -> Option<BufRef> {
-        self.cross.get(&(id, backend)).copied()
-    }
-
-    /// Copies node `id`'s value onto `dst` (a host round trip) into a staging buffer made once
-    /// per plan with `alloc_fresh`, so nothing in the running plan can recycle it. Consumers on
-    /// the producer's own backend keep reading the canonical buffer.
-    pub fn copy_across(&mut self, id: NodeId, dst: Backend) -> Result<BufRef, GraphError> {
-        let canon = self
-            .node_buffer(id)
-            .ok_or(GraphError::NoBuffer { node: id })?;
-        if canon.backend == dst {
-            return Ok(canon);
-        }
-        let data = self.pool_mut(canon.backend)?.copy_to_host(canon.id).ok_or(
-            GraphError::BadBufferId {
-                backend: canon.backend,
-                id: canon.id,
-            },
-        )?;
-        let staged = match self.cross.get(&(id, dst)) {
-            Some(&b) => b,
-            None => {
-                let b = BufRef {
-                    backend: dst,
-                    id: self.pool_mut(dst)?.alloc_fresh(data.len()),
-                };
-                self.cross.insert((id, dst), b);
-                b
-            }
+        let plan = match &self.plan {
+            Some(p) if p.nodes == graph.nodes.len() => p,
+            p => return Err(GraphError::NotPlanned { nodes: graph.nodes.len(), planned: p.as_ref().map_or(0, |p| p.nodes) }),
         };
-        self.pool_mut(dst)?.write_host(staged.id, &data)?;
-        Ok(staged)
+        for (node, t) in graph.nodes.iter().zip(&plan.tensors) {
+            if let (Some(t), Some(b)) = (t, node.backend)
+                && t.backend() != b
+            {
+                return Err(GraphError::BackendMismatch { node: node.name.clone(), split: b, buffer: t.backend() });
+            }
+        }
+        Ok(())
+    }
+
+    /// Node `id`'s tensor in the current plan (`None`: dead or unplanned).
+    pub fn node_tensor(&self, id: NodeId) -> Option<TensorRef> {
+        self.plan.as_ref()?.tensors.get(id).copied().flatten()
+    }
+
+    /// The staging copy of node `id` on `backend`, if the plan has one.
+    pub fn cross_tensor(&self, id: NodeId, backend: Backend) -> Option<TensorRef> {
+        self.plan.as_ref()?.cross.get(&(id, backend)).copied()
+    }
+
+    /// The current plan's splits.
+    pub fn splits(&self) -> &[Split] {
+        self.plan.as_ref().map_or(&[], |p| &p.splits)
+    }
+
+    /// Copies node `id`'s value into its staging region on `dst`: the destination's direct
+    /// path when it has one, else through a host buffer (device → host → device).
+    pub fn copy_across(&mut self, id: NodeId, dst: Backend) -> Result<(), GraphError> {
+        let src = self.node_tensor(id).ok_or(GraphError::NoBuffer { node: id })?;
+        if src.backend() == dst {
+            return Ok(());
+        }
+        let staged = self.cross_tensor(id, dst).ok_or(GraphError::NoBuffer { node: id })?;
+        let (si, di) = (self.pool_index(src.backend())?, self.pool_index(dst)?);
+        let (src_pool, dst_pool) = two_mut(&mut self.pools, si, di);
+        if dst_pool.imp.copy_from(staged, src_pool.imp.as_mut(), src)? {
+            return Ok(());
+        }
+        src_pool.imp.synchronize()?;
+        self.staging.resize(src.bytes, 0);
+        src_pool.imp.get_tensor(src, 0, &mut self.staging)?;
+        dst_pool.imp.set_tensor(staged, 0, &self.staging)
+    }
+
+    fn pool_index(&self, backend: Backend) -> Result<usize, GraphError> {
+        self.pools.iter().position(|p| p.backend == backend).ok_or(GraphError::NoPool { backend })
+    }
+
+    /// Runs split `index` of the current plan on its backend; `nodes`, when given, limits it
+    /// to that range of its work items (the trace recorder runs one node at a time).
+    pub fn compute_split(&mut self, graph: &ComputeGraph, index: usize, nodes: Option<std::ops::Range<usize>>) -> Result<(), GraphError> {
+        let plan = self.plan.as_ref().ok_or(GraphError::NotPlanned { nodes: graph.nodes.len(), planned: 0 })?;
+        let (split, work) = match (plan.splits.get(index), plan.work.get(index)) {
+            (Some(s), Some(w)) => (s, w),
+            _ => return Err(GraphError::NotPlanned { nodes: graph.nodes.len(), planned: plan.nodes }),
+        };
+        let items = match nodes {
+            Some(r) => work.get(r).unwrap_or(&[]),
+            None => work.as_slice(),
+        };
+        let backend = split.backend;
+        let pool = self.pools.iter_mut().find(|p| p.backend == backend).ok_or(GraphError::NoPool { backend })?;
+        pool.imp.compute(&SplitWork { graph, backend, nodes: items })
+    }
+
+    /// The number of work items of split `index` (executed nodes).
+    pub fn split_len(&self, index: usize) -> usize {
+        self.plan.as_ref().and_then(|p| p.work.get(index)).map_or(0, Vec::len)
+    }
+
+    /// The node of work item `item` of split `index`.
+    pub fn split_node(&self, index: usize, item: usize) -> Option<NodeId> {
+        Some(self.plan.as_ref()?.work.get(index)?.get(item)?.node)
     }
 
     /// Waits for `backend`'s queued work (a split boundary).
@@ -368,173 +434,116 @@ impl GraphAllocator {
         self.pool_mut(backend)?.synchronize()
     }
 
-    fn input_buffer(
-        &self,
-        graph: &ComputeGraph,
-        name: &str,
-        dtype: DType,
-        got: usize,
-    ) -> Result<BufRef, GraphError> {
-        let node = graph
-            .input_by_name(name)
-            .ok_or_else(|| GraphError::NoSuchInput {
-                name: name.to_string(),
-            })?;
+    fn input_tensor(&self, graph: &ComputeGraph, name: &str, dtype: DType, got: usize) -> Result<TensorRef, GraphError> {
+        let node = graph.input_by_name(name).ok_or_else(|| GraphError::NoSuchInput { name: name.to_string() })?;
         if node.out_dtype != dtype {
-            return Err(GraphError::InputDType {
-                name: name.to_string(),
-                actual: node.out_dtype,
-                requested: dtype,
-            });
+            return Err(GraphError::InputDType { name: name.to_string(), actual: node.out_dtype, requested: dtype });
         }
         if node.n_elements() != got {
-            return Err(GraphError::InputLength {
-                name: name.to_string(),
-                expected: node.n_elements(),
-                got,
-            });
+            return Err(GraphError::InputLength { name: name.to_string(), expected: node.n_elements(), got });
         }
-        self.node_buffer(node.id)
-            .ok_or(GraphError::NoBuffer { node: node.id })
+        self.node_tensor(node.id).ok_or(GraphError::NoBuffer { node: node.id })
     }
 
     /// Fills the F32 input `name`; `data` must hold exactly its values.
-    pub fn fill_input(
-        &mut self,
-        graph: &ComputeGraph,
-        name: &str,
-        data: &[f32],
-    ) -> Result<(), GraphError> {
-        let buf = self.input_buffer(graph, name, DType::F32, data.len())?;
-        self.pool_mut(buf.backend)?.write_host(buf.id, data)
+    pub fn fill_input(&mut self, graph: &ComputeGraph, name: &str, data: &[f32]) -> Result<(), GraphError> {
+        let t = self.input_tensor(graph, name, DType::F32, data.len())?;
+        self.pool_mut(t.backend())?.set_tensor(t, 0, bytemuck::cast_slice(data))
     }
 
-    /// Fills the I32 input `name`, storing each value as an f32 bit pattern (`f32::from_bits`);
-    /// kernels read them back with `to_bits() as i32`.
-    pub fn fill_input_i32(
-        &mut self,
-        graph: &ComputeGraph,
-        name: &str,
-        data: &[i32],
-    ) -> Result<(), GraphError> {
-        let buf = self.input_buffer(graph, name, DType::I32, data.len())?;
-        let bits: Vec<f32> = data.iter().map(|&v| f32::from_bits(v as u32)).collect();
-        self.pool_mut(buf.backend)?.write_host(buf.id, &bits)
+    /// Fills the I32 input `name`; `data` must hold exactly its values.
+    pub fn fill_input_i32(&mut self, graph: &ComputeGraph, name: &str, data: &[i32]) -> Result<(), GraphError> {
+        let t = self.input_tensor(graph, name, DType::I32, data.len())?;
+        self.pool_mut(t.backend())?.set_tensor(t, 0, bytemuck::cast_slice(data))
     }
 
-    /// A borrowed view of node `id`'s buffer, where its memory is host-visible.
-    pub fn read_node(&self, id: NodeId) -> Option<&[f32]> {
-        let buf = self.node_buffer(id)?;
-        self.pool(buf.backend)?.read_host(buf.id)
+    /// The bytes of node `id`'s value, from any backend (after its queued work).
+    pub fn read_node_bytes(&mut self, id: NodeId) -> Result<Vec<u8>, GraphError> {
+        let t = self.node_tensor(id).ok_or(GraphError::NoBuffer { node: id })?;
+        self.read_tensor(t)
     }
 
-    /// A host copy of node `id`'s value, from any backend.
+    /// A host copy of the F32 node `id`'s values (logits).
     pub fn copy_to_cpu(&mut self, id: NodeId) -> Result<Vec<f32>, GraphError> {
-        let buf = self
-            .node_buffer(id)
-            .ok_or(GraphError::NoBuffer { node: id })?;
-        self.copy_buf(buf)
+        let t = self.node_tensor(id).ok_or(GraphError::NoBuffer { node: id })?;
+        if t.dtype != DType::F32 {
+            return Err(GraphError::TensorDType { what: "a host f32 copy", dtype: t.dtype });
+        }
+        Ok(words(&self.read_tensor(t)?))
     }
 
-    /// Host copies of the layer's K and V regions.
-    pub fn copy_kv_to_cpu(&mut self, layer: usize) -> Result<(Vec<f32>, Vec<f32>), GraphError> {
-        let pair = self.kv_pair(layer).ok_or_else(|| GraphError::KvMissing {
-            node: format!("kv.{layer}"),
-            layer,
-        })?;
-        Ok((self.copy_buf(pair.k)?, self.copy_buf(pair.v)?))
+    /// Node `id`'s value as 4-byte words for observers: f32 values, i32 values as their bit
+    /// patterns, packed cells (f16, q8_0) as their bytes zero-padded to whole words.
+    pub fn node_words(&mut self, id: NodeId) -> Result<Vec<f32>, GraphError> {
+        let mut bytes = self.read_node_bytes(id)?;
+        bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+        Ok(words(&bytes))
     }
 
-    /// Overwrites the layer's K and V regions from host copies of their full length.
-    pub fn write_kv_from_cpu(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<(), GraphError> {
-        let pair = self.kv_pair(layer).ok_or_else(|| GraphError::KvMissing {
-            node: format!("kv.{layer}"),
-            layer,
-        })?;
-        self.pool_mut(pair.k.backend)?.write_host(pair.k.id, k)?;
-        self.pool_mut(pair.v.backend)?.write_host(pair.v.id, v)
+    fn read_tensor(&mut self, t: TensorRef) -> Result<Vec<u8>, GraphError> {
+        let pool = self.pool_mut(t.backend())?;
+        pool.synchronize()?;
+        let mut out = vec![0u8; t.bytes];
+        pool.get_tensor(t, 0, &mut out)?;
+        Ok(out)
+    }
+
+    fn kv_of(&self, layer: usize) -> Result<KvPair, GraphError> {
+        self.kv_pair(layer).ok_or_else(|| GraphError::KvMissing { node: format!("kv.{layer}"), layer })
+    }
+
+    /// Reads bytes `offset..offset + out.len()` of the layer's K (`v = false`) or V region.
+    pub fn read_kv(&mut self, layer: usize, v: bool, offset: usize, out: &mut [u8]) -> Result<(), GraphError> {
+        let pair = self.kv_of(layer)?;
+        let t = if v { pair.v } else { pair.k };
+        let pool = self.pool_mut(t.backend())?;
+        pool.synchronize()?;
+        pool.get_tensor(t, offset, out)
+    }
+
+    /// Writes `data` at byte `offset` of the layer's K (`v = false`) or V region.
+    pub fn write_kv(&mut self, layer: usize, v: bool, offset: usize, data: &[u8]) -> Result<(), GraphError> {
+        let pair = self.kv_of(layer)?;
+        let t = if v { pair.v } else { pair.k };
+        self.pool_mut(t.backend())?.set_tensor(t, offset, data)
+    }
+
+    /// Moves `bytes` bytes from `src` to `dst` (byte offsets) inside both of the layer's
+    /// regions, on their backend (`memmove`: the ranges may overlap).
+    pub fn move_kv_rows(&mut self, layer: usize, src: usize, dst: usize, bytes: usize) -> Result<(), GraphError> {
+        let pair = self.kv_of(layer)?;
+        let pool = self.pool_mut(pair.k.backend())?;
+        for t in [pair.k, pair.v] {
+            let range = |at| t.slice(at, bytes).ok_or(GraphError::TensorRange { backend: t.backend(), offset: at, bytes, size: t.bytes });
+            pool.copy_tensor(range(src)?, range(dst)?)?;
+        }
+        Ok(())
     }
 
     /// Layers with KV regions, in order.
     pub fn kv_layers(&self) -> Vec<usize> {
         self.kv.keys().copied().collect()
     }
+}
 
-    fn copy_buf(&mut self, buf: BufRef) -> Result<Vec<f32>, GraphError> {
-        self.pool_mut(buf.backend)?
-            .copy_to_host(buf.id)
-            .ok_or(GraphError::BadBufferId {
-                backend: buf.backend,
-                id: buf.id,
-            })
+/// Little-endian 4-byte words of `bytes` (a whole number of them) as f32 bit patterns.
+fn words(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Two distinct elements of a slice, both mutable.
+fn two_mut<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
+    if a < b {
+        let (lo, hi) = v.split_at_mut(b);
+        (&mut lo[a], &mut hi[0])
+    } else {
+        let (lo, hi) = v.split_at_mut(a);
+        (&mut hi[0], &mut lo[b])
     }
 }
 
 impl KvProvider for GraphAllocator {
     fn kv_pair(&self, layer: usize) -> Option<KvPair> {
         self.kv.get(&layer).map(|r| r.pair)
-    }
-}
-
-/// The liveness plan of one graph, in build order.
-struct Liveness {
-    /// Does the node do work (see [`ComputeGraph::live_mask`])?
-    live: Vec<bool>,
-    /// The node whose buffer this node writes: itself, or the start of an in-place chain.
-    root: Vec<NodeId>,
-    /// For a root: the last build-order index at which its buffer is read (`usize::MAX`: never
-    /// freed — inputs and outputs).
-    expiry: Vec<usize>,
-}
-
-impl Liveness {
-    fn analyse(graph: &ComputeGraph) -> Result<Liveness, GraphError> {
-        let nodes = &graph.nodes;
-        let n = nodes.len();
-        let live = graph.live_mask();
-        if let Some(node) = nodes.iter().find(|x| live[x.id] && x.backend.is_none()) {
-            return Err(GraphError::Unassigned {
-                node: node.name.clone(),
-            });
-        }
-        // Pinned values are never freed: host-filled inputs and read-back outputs.
-        let mut pinned: Vec<bool> = nodes.iter().map(|x| x.is_input()).collect();
-        for &o in &graph.outputs {
-            pinned[o] = true;
-        }
-        // Last reader of each value, in build order (= execution order).
-        let mut last_use: Vec<usize> = (0..n).collect();
-        for node in nodes.iter().filter(|x| live[x.id]) {
-            for &s in &node.src {
-                last_use[s] = last_use[s].max(node.id);
-            }
-        }
-        // In-place aliasing: sole live consumer, same backend, same size, and the source is
-        // neither pinned nor a KV view.
-        let consumers = graph.consumer_counts(&live);
-        let mut root: Vec<NodeId> = (0..n).collect();
-        for node in nodes.iter().filter(|x| live[x.id] && x.op.in_place_safe()) {
-            if let Some(&s) = node.src.first()
-                && consumers[s] == 1
-                && !pinned[s]
-                && !nodes[s].op.binds_kv_region()
-                && nodes[s].backend == node.backend
-                && nodes[s].n_elements() == node.n_elements()
-            {
-                root[node.id] = root[s];
-            }
-        }
-        // A buffer lives until the last read of every node that writes it.
-        let mut expiry = vec![0usize; n];
-        for node in nodes.iter().filter(|x| live[x.id]) {
-            let e = if pinned[node.id] {
-                usize::MAX
-            } else {
-                last_use[node.id]
-            };
-            let r = root[node.id];
-            expiry[r] = expiry[r].max(e);
-        }
-        Ok(Liveness { live, root, expiry })
     }
 }

@@ -19,9 +19,10 @@
 
 use super::error::GraphError;
 use super::ops::{
-    AttnMeta, AttnMode, EmbedMeta, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta, Op, RoPEMeta,
+    AttnMeta, EmbedMeta, KvShiftMeta, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta, Op, RoPEMeta,
     RopeStyle,
 };
+use super::weights::WeightId;
 use super::{CNode, ComputeGraph, DType, KvType, NodeId};
 use crate::gguf::TensorInfo;
 use crate::quants::GgmlType;
@@ -263,6 +264,7 @@ impl GraphBuilder {
             out_shape: [n_embd, nt, 1, 1],
             out_dtype: DType::F32,
             meta: NodeMeta::Embed(EmbedMeta {
+                weight: WeightId(weight.index),
                 weight_name: weight.name.clone(),
                 weight_type,
                 n_embd,
@@ -328,6 +330,7 @@ impl GraphBuilder {
             out_shape: shape,
             out_dtype: DType::F32,
             meta: NodeMeta::Norm(NormMeta {
+                weight: weight.map(|w| WeightId(w.index)),
                 weight_name: weight.map(|w| w.name.clone()),
             }),
             layer,
@@ -353,12 +356,14 @@ impl GraphBuilder {
         }
         self.node(NodeSpec {
             base: name_base(&name).to_string(),
-            op: Op::MatMul { transpose_b: false },
+            op: Op::MatMul,
             src: vec![x],
             out_shape: [out_dim, shape[1], 1, 1],
             out_dtype: DType::F32,
             meta: NodeMeta::MatMul(MatMulMeta {
+                weight: WeightId(weight.index),
                 weight_name: weight.name.clone(),
+                bias: bias.map(|b| WeightId(b.index)),
                 bias_name: bias.map(|b| b.name.clone()),
                 weight_type,
                 in_dim,
@@ -450,7 +455,6 @@ impl GraphBuilder {
         q: NodeId,
         kv: NodeId,
         pos: NodeId,
-        mode: AttnMode,
         meta: AttnMeta,
     ) -> Result<NodeId, GraphError> {
         let name = label("attn", Some(meta.layer));
@@ -500,7 +504,7 @@ impl GraphBuilder {
         let layer = Some(meta.layer);
         self.node(NodeSpec {
             base: "attn".to_string(),
-            op: Op::Attn { mode },
+            op: Op::Attn,
             src: vec![q, kv, pos],
             out_shape: [width, nt, 1, 1],
             out_dtype: DType::F32,
@@ -550,7 +554,7 @@ impl GraphBuilder {
             op: Op::KvcacheStore { layer },
             src: vec![k, v, pos],
             out_shape: [n_embd_kv, n_ctx, 1, 1],
-            out_dtype: DType::F32,
+            out_dtype: kv_type.dtype(),
             meta: NodeMeta::Kvcache(KvcacheMeta {
                 layer,
                 n_embd_kv,
@@ -558,6 +562,31 @@ impl GraphBuilder {
                 kv_type,
                 head_dim,
             }),
+            layer: Some(layer),
+        })
+    }
+
+    /// Re-rotates the K rows of the layer's cells by `deltas` `[n_ctx]` (i32, one per cell; `0`
+    /// leaves the cell as it is) with the RoPE of `rope`: llama.cpp's K-shift. The node's buffer
+    /// is the layer's K region, like the store's.
+    pub fn kv_shift(
+        &mut self,
+        layer: usize,
+        deltas: NodeId,
+        rope: RoPEMeta,
+        style: RopeStyle,
+        kv: KvcacheMeta,
+    ) -> Result<NodeId, GraphError> {
+        let name = label("kv_shift", Some(layer));
+        expect_dim(&name, "deltas vs n_ctx", kv.n_ctx, self.shape(deltas)?[0])?;
+        expect_dim(&name, "KV row width vs n_head_kv * head_dim", kv.n_embd_kv, rope.n_head * rope.head_dim)?;
+        self.node(NodeSpec {
+            base: "kv_shift".to_string(),
+            op: Op::KvShift { layer },
+            src: vec![deltas],
+            out_shape: [kv.n_embd_kv, kv.n_ctx, 1, 1],
+            out_dtype: kv.kv_type.dtype(),
+            meta: NodeMeta::KvShift(KvShiftMeta { kv, rope, style }),
             layer: Some(layer),
         })
     }
@@ -572,7 +601,7 @@ impl GraphBuilder {
             op: Op::KvcacheLoad { layer },
             src: Vec::new(),
             out_shape: [n_embd_kv, n_ctx, 1, 1],
-            out_dtype: DType::F32,
+            out_dtype: kv_type.dtype(),
             layer: Some(layer),
             backend: None,
             meta: NodeMeta::Kvcache(KvcacheMeta {

@@ -103,6 +103,23 @@ impl GraphCache {
         Ok(Prepared::Built { uid, fused })
     }
 
+    /// Runs `graph` once outside the cache (the K-shift graph): the cached graph is forgotten
+    /// (the next `prepare` rebuilds it into the same arenas), `graph` is assigned, planned,
+    /// filled by `fill` and executed, and its plan released.
+    pub fn run_once(
+        &mut self,
+        mut graph: ComputeGraph,
+        sched: &BackendScheduler,
+        fill: impl FnOnce(&ComputeGraph, &mut GraphAllocator) -> Result<(), GraphError>,
+    ) -> Result<(), GraphError> {
+        self.invalidate();
+        sched.assign_backends(&mut graph, &self.alloc);
+        self.alloc.alloc_graph(&graph)?;
+        let r = fill(&graph, &mut self.alloc).and_then(|()| sched.execute(&graph, &mut self.alloc));
+        self.alloc.release();
+        r
+    }
+
     /// Forgets the cached graph and params (the allocator and its KV regions stay), so the next
     /// `prepare` rebuilds.
     pub fn invalidate(&mut self) {

@@ -8,7 +8,6 @@
 use std::io::{self, Write};
 
 use super::ComputeGraph;
-use super::registry::BackendRegistry;
 
 /// Fill colour of nodes without a backend.
 pub const UNASSIGNED_COLOR: &str = "white";
@@ -23,7 +22,6 @@ fn escape(s: &str) -> String {
 impl ComputeGraph {
     /// Writes the graph as a Graphviz digraph.
     pub fn dump_dot(&self, w: &mut dyn Write) -> io::Result<()> {
-        let registry = BackendRegistry::builtin();
         let live = self.live_mask();
         writeln!(w, "digraph minfer {{")?;
         writeln!(w, "  rankdir=TB;")?;
@@ -37,7 +35,7 @@ impl ComputeGraph {
             let shape = if io_node { "doublecircle" } else { "box" };
             let color = node
                 .backend
-                .and_then(|b| registry.entry(b))
+                .and_then(|b| super::registry::BUILTIN.iter().find(|e| e.handle == b))
                 .map_or(UNASSIGNED_COLOR, |e| e.color);
             let style = if live.get(node.id).copied().unwrap_or(false) {
                 "filled"

@@ -4,6 +4,7 @@
 //! a failure can be matched on in tests and read by a person without a debugger. There is no
 //! `String`-payload catch-all on purpose: a new failure mode gets a new variant.
 
+use super::backend::{BufferId, OutOfMemory};
 use super::ops::Op;
 use super::registry::Backend;
 use super::{DType, NodeId};
@@ -121,8 +122,8 @@ pub enum GraphError {
     #[error("backend '{name}' is not compiled into this build")]
     BackendNotCompiled { name: String },
     /// A compiled-in backend that cannot run on this machine (no device, disabled driver, ...).
-    #[error("backend '{name}' is not usable on this machine")]
-    BackendUnusable { name: String },
+    #[error("backend '{name}' is not usable on this machine: {reason}")]
+    BackendUnusable { name: String, reason: String },
     /// A fence spec that names no backend at all.
     #[error("backend list '{spec}' names no backend")]
     EmptyFence { spec: String },
@@ -161,18 +162,24 @@ pub enum GraphError {
     #[error("node {node} has no buffer")]
     NoBuffer { node: NodeId },
     /// A buffer id that is not in the backend's pool.
-    #[error("backend {backend} has no buffer {id}")]
-    BadBufferId { backend: Backend, id: usize },
-    /// A host write or kernel operand of the wrong length.
-    #[error("backend {backend} buffer {id}: length {expected} expected, got {got}")]
-    HostLength {
+    #[error("backend {backend} has no buffer {}", .id.0)]
+    BadBufferId { backend: Backend, id: BufferId },
+    /// A read, write or copy outside the region (or buffer) it names.
+    #[error("backend {backend}: bytes {offset}..+{bytes} are outside a region of {size} bytes")]
+    TensorRange {
         backend: Backend,
-        id: usize,
-        expected: usize,
-        got: usize,
+        offset: usize,
+        bytes: usize,
+        size: usize,
     },
+    /// A region of another element type than the call needs.
+    #[error("{what} needs an f32 region, this one holds {}", .dtype.name())]
+    TensorDType { what: &'static str, dtype: DType },
+    /// A backend could not allocate.
+    #[error(transparent)]
+    OutOfMemory(#[from] OutOfMemory),
     /// A KV region that exists with a different size than the graph now asks for.
-    #[error("layer {layer} KV region holds {have} values, the graph asks for {want}")]
+    #[error("layer {layer} KV region holds {have} bytes, the graph asks for {want}")]
     KvRegionSize {
         layer: usize,
         have: usize,
@@ -201,20 +208,16 @@ pub enum GraphError {
     /// The backend has no kernel for this op (yet). Never a fallback: the run aborts.
     #[error("node '{node}': no kernel for {op:?}")]
     NoKernel { node: String, op: Op },
-    /// A CPU kernel refused its operands (shapes, ids, positions out of range).
+    /// A kernel refused its operands (shapes, ids, positions out of range, a weight type).
     #[error("node '{node}': {source}")]
     Kernel {
         node: String,
         #[source]
-        source: crate::vec_ops::OpsError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The quantized matrix product refused its operands.
-    #[error("node '{node}': {source}")]
-    Matmul {
-        node: String,
-        #[source]
-        source: crate::vec_ops::matmul::MatmulError,
-    },
+    /// A node naming a weight its backend was not offered at load.
+    #[error("node '{node}' uses weight '{weight}', which backend {backend} was not given")]
+    WeightNotLoaded { node: String, weight: String, backend: Backend },
     /// A node needs metadata of another kind (a builder bug, reported rather than guessed).
     #[error("node '{node}' carries {found} metadata, expected {expected}")]
     WrongMeta { node: String, expected: &'static str, found: &'static str },

@@ -32,7 +32,7 @@ fn meta_json(meta: &NodeMeta) -> Value {
         NodeMeta::Norm(m) => json!({ "weight": m.weight_name }),
         NodeMeta::Rope(m) => json!({
             "n_head": m.n_head, "head_dim": m.head_dim, "n_rot": m.n_rot,
-            "freq_base": m.freq_base, "freq_scale": m.freq_scale, "n_ctx_orig": m.n_ctx_orig,
+            "freq_base": m.freq_base,
         }),
         NodeMeta::Attn(m) => json!({
             "layer": m.layer, "n_head": m.n_head, "n_head_kv": m.n_head_kv,
@@ -44,6 +44,11 @@ fn meta_json(meta: &NodeMeta) -> Value {
         }),
         NodeMeta::Embed(m) => json!({
             "weight": m.weight_name, "weight_type": m.weight_type.name(), "n_embd": m.n_embd,
+        }),
+        NodeMeta::KvShift(m) => json!({
+            "layer": m.kv.layer, "n_embd_kv": m.kv.n_embd_kv, "n_ctx": m.kv.n_ctx,
+            "kv_type": m.kv.kv_type.name(), "head_dim": m.kv.head_dim, "n_rot": m.rope.n_rot,
+            "freq_base": m.rope.freq_base,
         }),
     };
     let mut obj = body;
@@ -72,8 +77,7 @@ fn node_json(node: &CNode, live: bool) -> Value {
 fn params_json(p: &GraphParams) -> Value {
     json!({
         "n_tokens": p.n_tokens, "n_out": p.n_out,
-        "n_ctx": p.cparams.n_ctx, "flash_attn": p.cparams.flash_attn, "gpu": p.cparams.gpu,
-        "fuse_qkv": p.cparams.fuse_qkv, "fuse_ffn": p.cparams.fuse_ffn,
+        "n_ctx": p.cparams.n_ctx, "kv_type": p.cparams.kv_type.name(),
         "weights_version": p.weights_version,
     })
 }

@@ -3,17 +3,18 @@
 //! Pipeline: a model builds a [`ComputeGraph`] with [`GraphBuilder`] (pure, never computes) →
 //! [`BackendScheduler::assign_backends`] gives every node a backend → [`FusionPass`] folds
 //! `Mul(Silu(x), y)` into `SwiGLU` where the backend claims it → [`GraphAllocator::alloc_graph`]
-//! gives every live node a buffer (liveness in build order, persistent per-layer KV) →
-//! [`BackendScheduler::execute`] runs split by split in build order. [`GraphCache`] keeps the
+//! places every live node in its backend's arena ([`planner`]: liveness in build order,
+//! persistent per-layer KV) → [`BackendScheduler::execute`] hands each backend its splits in
+//! build order. [`GraphCache`] keeps the
 //! graph and the allocator between calls, so a decode step with equal [`GraphParams`] skips
 //! everything but refilling the inputs.
 //!
 //! Invariants (breaking one is a bug):
 //! 1. KV positions are data, not structure (KV ops carry only the layer).
 //! 2. Topology is a deterministic function of `GraphParams`.
-//! 3. Weights are named, not copied.
-//! 4. The allocator is the single owner of buffers; backends own pools; the scheduler never
-//!    allocates.
+//! 3. Weights are referenced by handle ([`WeightId`]), not copied.
+//! 4. The allocator is the single owner of buffers (arenas reserved once, KV regions); the
+//!    scheduler never allocates.
 //! 5. Execution follows build order, and so does liveness; [`ComputeGraph::topo_order`] only
 //!    validates.
 //! 6. Fusion never invents an op its backend did not claim.
@@ -26,15 +27,13 @@ pub mod alloc;
 pub mod backend;
 pub mod builder;
 pub mod cache;
-pub mod cpu_backend;
-mod cpu_kernels;
 pub mod dot;
 pub mod error;
 pub mod fusion;
 pub mod json;
-pub mod kv_type;
 pub mod ops;
 pub mod params;
+pub mod planner;
 pub mod registry;
 pub mod scheduler;
 pub mod trace;
@@ -43,70 +42,32 @@ pub mod weights;
 use std::collections::VecDeque;
 
 pub use alloc::GraphAllocator;
-pub use backend::{BackendImpl, KvPair, KvProvider};
+pub use backend::{BackendImpl, BufRef, BufferId, BufferUsage, KvPair, KvProvider, MemoryStats, NodeWork, OutOfMemory, SplitWork, TensorRef};
 pub use builder::{GraphBuilder, NodeSpec};
 pub use cache::{GraphCache, Prepared};
-pub use cpu_backend::CpuBackend;
 pub use error::{GraphError, StructuralField};
 pub use fusion::{FusionCaps, FusionPass};
 pub use ops::{
-    AttnMeta, AttnMode, EmbedMeta, FusedOp, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta, Op,
+    AttnMeta, EmbedMeta, FusedOp, KvShiftMeta, KvcacheMeta, MatMulMeta, NodeMeta, NormMeta, Op,
     OpKind, OpTraits, RoPEMeta, RopeStyle,
 };
-pub use kv_type::{KvType, KvTypeError};
+pub use crate::tensor::{DType, KvType, KvTypeError};
 pub use params::{CParams, GraphParams, GraphType};
-pub use registry::{Backend, BackendEntry, BackendFence, BackendRegistry, Capabilities};
-pub use scheduler::{BackendScheduler, NodeObserver, Split};
+pub use planner::{Layout, OffsetPlanner, Slot};
+pub use registry::{Backend, BackendConfig, BackendEntry, BackendFence, BackendRegistry, Capabilities, DeviceInfo, Unavailable};
+pub use scheduler::{BackendScheduler, NodeObserver, Split, split_graph};
 pub use trace::{DEFAULT_TRACE_VALUES, NodeStats, NodeTrace, is_traced};
-pub use weights::{WeightStore, WeightView};
+pub use weights::{WeightId, WeightStore, WeightView};
 
 /// Index of a node in [`ComputeGraph::nodes`]; build order is id order.
 pub type NodeId = usize;
-
-/// Element type of a node's output. Activations are F32; I32 inputs are stored bit-exactly in
-/// f32 buffers (`f32::from_bits`); F16 and Q8_0 are reserved for inputs and backend formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DType {
-    F32,
-    F16,
-    I32,
-    Q8_0,
-}
-
-impl DType {
-    /// Bytes needed for `n` values (Q8_0 in whole 32-value blocks of 34 bytes).
-    pub const fn bytes_for(self, n: usize) -> usize {
-        match self {
-            DType::F32 | DType::I32 => 4 * n,
-            DType::F16 => 2 * n,
-            DType::Q8_0 => n.div_ceil(32) * 34,
-        }
-    }
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::F16 => "f16",
-            DType::I32 => "i32",
-            DType::Q8_0 => "q8_0",
-        }
-    }
-}
-
-/// A buffer: an id inside one backend's pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BufRef {
-    pub backend: Backend,
-    pub id: usize,
-}
 
 /// A buffer that outlives graphs (the KV regions), named `kv.{layer}.k` / `kv.{layer}.v`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PersistentBuf {
     pub name: String,
     pub buf: BufRef,
-    /// f32 values.
-    pub len: usize,
+    pub bytes: usize,
 }
 
 /// One compute node.
@@ -136,6 +97,16 @@ impl CNode {
 
     pub fn is_input(&self) -> bool {
         self.op == Op::Input
+    }
+
+    /// The weights this node reads (matrix, bias, norm or embedding weight).
+    pub fn weights(&self) -> Vec<WeightId> {
+        match &self.meta {
+            NodeMeta::MatMul(m) => std::iter::once(m.weight).chain(m.bias).collect(),
+            NodeMeta::Norm(m) => m.weight.into_iter().collect(),
+            NodeMeta::Embed(m) => vec![m.weight],
+            _ => Vec::new(),
+        }
     }
 
     /// The KV layer this node reads or writes: the op payload, or `AttnMeta.layer`.

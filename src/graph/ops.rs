@@ -12,6 +12,7 @@
 //! are declared once, in [`Op::traits`]; every pass asks that table instead of keeping its own
 //! `matches!` list.
 
+use super::weights::WeightId;
 use crate::quants::GgmlType;
 
 /// RoPE layout. ggml's `GGML_ROPE_TYPE_NORM` rotates adjacent pairs `(x[2i], x[2i+1])`;
@@ -24,17 +25,6 @@ pub enum RopeStyle {
     NonInterleaved,
 }
 
-/// Attention flavour. All three read the layer's KV pair; the softmax is fused inside the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AttnMode {
-    /// Grouped-query attention (`n_head_kv` divides `n_head`).
-    Gqa,
-    /// Same math, flash (online-softmax) kernel.
-    Flash,
-    /// Plain multi-head (vocabulary: no supported architecture emits it).
-    Mha,
-}
-
 /// The fusion-pass rewrites a backend can claim (`BackendImpl::supports_fused`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FusedOp {
@@ -42,22 +32,17 @@ pub enum FusedOp {
     SwiGLU,
 }
 
-/// One operation with its full payload.
+/// One operation with its full payload. Every variant is built by a model builder or by the
+/// fusion pass, and every backend that claims one has a kernel for it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
-    /// Leaf, host-filled every step (token ids, positions, tail ids).
+    /// Leaf, host-filled every step (token ids, positions, tail ids, K-shift deltas).
     Input,
     // ---- element-wise ----
     Add,
     Mul,
-    /// Multiply by a constant (vocabulary only).
-    Scale(f32),
     Silu,
-    // ---- reductions / normalisation ----
-    /// Vocabulary only: attention kernels fuse their own softmax.
-    Softmax {
-        dim: usize,
-    },
+    // ---- normalisation ----
     RmsNorm {
         eps: f32,
     },
@@ -68,20 +53,17 @@ pub enum Op {
         eps: f32,
     },
     // ---- linear algebra / gathers ----
-    /// `y = W x (+ b)`; the weight and bias are named in [`MatMulMeta`].
-    MatMul {
-        transpose_b: bool,
-    },
+    /// `y = W x (+ b)`; the weight and bias are in [`MatMulMeta`].
+    MatMul,
     /// Row gather: embedding lookup, tail-row selection.
     GetRows,
     // ---- position / attention ----
+    /// Rotary embedding of the first `n_rot` dims of every head ([`RoPEMeta`]).
     RoPE {
         style: RopeStyle,
     },
-    /// `src = [q, kv, pos]`.
-    Attn {
-        mode: AttnMode,
-    },
+    /// Grouped-query attention with its softmax inside the kernel; `src = [q, kv, pos]`.
+    Attn,
     // ---- KV cache (persistent regions; positions are data) ----
     /// Writes this step's K and V rows; `src = [k, v, pos]`.
     KvcacheStore {
@@ -91,36 +73,15 @@ pub enum Op {
     KvcacheLoad {
         layer: usize,
     },
-    // ---- layout (vocabulary only) ----
-    View {
-        offset: usize,
-        shape: [usize; 4],
-    },
-    Reshape {
-        shape: [usize; 4],
-    },
-    Permute {
-        dims: [usize; 4],
+    /// Re-rotates the K rows of the layer's cells by their position delta (llama.cpp's K-shift
+    /// graph); `src = [deltas]`, one i32 per cell, `0` leaves a cell untouched. Packed rows are
+    /// decoded, rotated and encoded again.
+    KvShift {
+        layer: usize,
     },
     // ---- fused ----
     /// `silu(gate) * up`: the FusionPass output.
     SwiGLU,
-    /// Planned, not emitted: the single-output IR cannot express it.
-    BatchMatMul,
-    /// Decode: concat QKV matmul + bias/rope/KV store (GPU backends; not built here yet).
-    FusedQKV {
-        layer: usize,
-    },
-    /// Decode mixed-quant epilogue: biases + rope + KV store (CUDA; not built here yet).
-    QkvBiasRopeStore {
-        layer: usize,
-    },
-    /// Decode: concat gate|up matmul + in-place SwiGLU (GPU backends; not built here yet).
-    FusedFFN,
-    /// Decode Qwen3: concat matmul + q/k norm + rope/store (Metal; not built here yet).
-    FusedQkvNorm {
-        layer: usize,
-    },
 }
 
 /// What family an op belongs to (exports, traces, capability tables).
@@ -128,16 +89,12 @@ pub enum Op {
 pub enum OpKind {
     Leaf,
     Elementwise,
-    Reduction,
     Norm,
     Linear,
     Gather,
     Position,
     Attention,
     Kv,
-    Layout,
-    /// Builder-built decode fusions (GPU kernels).
-    DecodeFused,
 }
 
 /// The op-group table row of one op. See [`Op::traits`].
@@ -194,33 +151,20 @@ impl Op {
             Op::Input => OpTraits::new("input", K::Leaf),
             Op::Add => OpTraits::new("add", K::Elementwise).elementwise(),
             Op::Mul => OpTraits::new("mul", K::Elementwise).elementwise(),
-            Op::Scale(_) => OpTraits::new("scale", K::Elementwise).elementwise(),
             // In place: the aliasing rule that keeps kernel-order execution correct.
             Op::Silu => OpTraits::new("silu", K::Elementwise)
                 .elementwise()
                 .in_place(),
-            Op::Softmax { .. } => OpTraits::new("soft_max", K::Reduction),
             Op::RmsNorm { .. } => OpTraits::new("rms_norm", K::Norm),
             Op::QkNorm { .. } => OpTraits::new("qk_norm", K::Norm),
-            Op::MatMul { .. } => OpTraits::new("mul_mat", K::Linear),
+            Op::MatMul => OpTraits::new("mul_mat", K::Linear),
             Op::GetRows => OpTraits::new("get_rows", K::Gather),
             Op::RoPE { .. } => OpTraits::new("rope", K::Position).in_place(),
-            Op::Attn { .. } => OpTraits::new("attn", K::Attention),
+            Op::Attn => OpTraits::new("attn", K::Attention),
             Op::KvcacheStore { .. } => OpTraits::new("kv_store", K::Kv).side_effect().binds_kv(),
             Op::KvcacheLoad { .. } => OpTraits::new("kv_load", K::Kv).binds_kv(),
-            Op::View { .. } => OpTraits::new("view", K::Layout),
-            Op::Reshape { .. } => OpTraits::new("reshape", K::Layout),
-            Op::Permute { .. } => OpTraits::new("permute", K::Layout),
+            Op::KvShift { .. } => OpTraits::new("kv_shift", K::Kv).side_effect().binds_kv(),
             Op::SwiGLU => OpTraits::new("swiglu", K::Elementwise).elementwise(),
-            Op::BatchMatMul => OpTraits::new("batch_mul_mat", K::DecodeFused),
-            Op::FusedQKV { .. } => OpTraits::new("fused_qkv", K::DecodeFused).side_effect(),
-            Op::QkvBiasRopeStore { .. } => {
-                OpTraits::new("qkv_bias_rope_store", K::DecodeFused).side_effect()
-            }
-            Op::FusedFFN => OpTraits::new("fused_ffn", K::DecodeFused),
-            Op::FusedQkvNorm { .. } => {
-                OpTraits::new("fused_qkv_norm", K::DecodeFused).side_effect()
-            }
         }
     }
 
@@ -232,26 +176,17 @@ impl Op {
             Op::Input,
             Op::Add,
             Op::Mul,
-            Op::Scale(0.5),
             Op::Silu,
-            Op::Softmax { dim: 0 },
             Op::RmsNorm { eps: 1e-6 },
             Op::QkNorm { hd: 64, nh: 2, eps: 1e-6 },
-            Op::MatMul { transpose_b: false },
+            Op::MatMul,
             Op::GetRows,
             Op::RoPE { style: RopeStyle::NonInterleaved },
-            Op::Attn { mode: AttnMode::Gqa },
+            Op::Attn,
             Op::KvcacheStore { layer: 0 },
             Op::KvcacheLoad { layer: 0 },
-            Op::View { offset: 0, shape: [1, 1, 1, 1] },
-            Op::Reshape { shape: [1, 1, 1, 1] },
-            Op::Permute { dims: [0, 1, 2, 3] },
+            Op::KvShift { layer: 0 },
             Op::SwiGLU,
-            Op::BatchMatMul,
-            Op::FusedQKV { layer: 0 },
-            Op::QkvBiasRopeStore { layer: 0 },
-            Op::FusedFFN,
-            Op::FusedQkvNorm { layer: 0 },
         ];
         debug_assert!(ops.iter().enumerate().all(|(i, op)| op.example_index() == i));
         ops
@@ -263,26 +198,17 @@ impl Op {
             Op::Input => 0,
             Op::Add => 1,
             Op::Mul => 2,
-            Op::Scale(_) => 3,
-            Op::Silu => 4,
-            Op::Softmax { .. } => 5,
-            Op::RmsNorm { .. } => 6,
-            Op::QkNorm { .. } => 7,
-            Op::MatMul { .. } => 8,
-            Op::GetRows => 9,
-            Op::RoPE { .. } => 10,
-            Op::Attn { .. } => 11,
-            Op::KvcacheStore { .. } => 12,
-            Op::KvcacheLoad { .. } => 13,
-            Op::View { .. } => 14,
-            Op::Reshape { .. } => 15,
-            Op::Permute { .. } => 16,
-            Op::SwiGLU => 17,
-            Op::BatchMatMul => 18,
-            Op::FusedQKV { .. } => 19,
-            Op::QkvBiasRopeStore { .. } => 20,
-            Op::FusedFFN => 21,
-            Op::FusedQkvNorm { .. } => 22,
+            Op::Silu => 3,
+            Op::RmsNorm { .. } => 4,
+            Op::QkNorm { .. } => 5,
+            Op::MatMul => 6,
+            Op::GetRows => 7,
+            Op::RoPE { .. } => 8,
+            Op::Attn => 9,
+            Op::KvcacheStore { .. } => 10,
+            Op::KvcacheLoad { .. } => 11,
+            Op::KvShift { .. } => 12,
+            Op::SwiGLU => 13,
         }
     }
 
@@ -306,25 +232,24 @@ impl Op {
         self.traits().binds_kv_region
     }
 
-    /// The KV layer named by the payload (store, load and the KV-writing decode fusions).
+    /// The KV layer named by the payload (store, load, shift).
     /// Attention names its layer in [`AttnMeta`]; use [`CNode::kv_layer`](super::CNode::kv_layer).
     pub const fn kv_layer(&self) -> Option<usize> {
         match self {
-            Op::KvcacheStore { layer }
-            | Op::KvcacheLoad { layer }
-            | Op::FusedQKV { layer }
-            | Op::QkvBiasRopeStore { layer }
-            | Op::FusedQkvNorm { layer } => Some(*layer),
+            Op::KvcacheStore { layer } | Op::KvcacheLoad { layer } | Op::KvShift { layer } => Some(*layer),
             _ => None,
         }
     }
 }
 
-/// Matrix multiply against a named weight: GGUF `[in, out]`, memory `[out][in]`.
+/// Matrix multiply against a weight: GGUF `[in, out]`, memory `[out][in]`. The handles are
+/// resolved at build time; the names are for exports and messages.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MatMulMeta {
+    pub weight: WeightId,
     pub weight_name: String,
     /// Added inline by the kernel (no separate node).
+    pub bias: Option<WeightId>,
     pub bias_name: Option<String>,
     pub weight_type: GgmlType,
     pub in_dim: usize,
@@ -334,6 +259,7 @@ pub struct MatMulMeta {
 /// RMSNorm / QkNorm weight (`None`: unweighted).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NormMeta {
+    pub weight: Option<WeightId>,
     pub weight_name: Option<String>,
 }
 
@@ -345,9 +271,6 @@ pub struct RoPEMeta {
     /// Rotated dims per head (`<= head_dim`).
     pub n_rot: usize,
     pub freq_base: f32,
-    pub freq_scale: f32,
-    /// Training context (YaRN bookkeeping; `0` when unused).
-    pub n_ctx_orig: usize,
 }
 
 /// Attention parameters. The output shape is `[n_head * head_dim, nt]`, from here rather than
@@ -373,7 +296,8 @@ impl AttnMeta {
     }
 }
 
-/// One layer's persistent KV regions: K and V are each `[n_embd_kv, n_ctx]` f32, token-major.
+/// One layer's persistent KV regions: K and V are each `n_ctx` rows of `n_embd_kv` values
+/// stored as `kv_type`, token-major.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KvcacheMeta {
     pub layer: usize,
@@ -385,15 +309,24 @@ pub struct KvcacheMeta {
 }
 
 impl KvcacheMeta {
-    /// f32 slots of one region (K or V) in the pool.
-    pub const fn region_len(&self) -> usize {
-        self.kv_type.region_len(self.n_embd_kv, self.n_ctx)
+    /// Bytes of one region (K or V).
+    pub const fn region_bytes(&self) -> usize {
+        self.kv_type.region_bytes(self.n_embd_kv, self.n_ctx)
     }
+}
+
+/// The K-shift of one layer: its regions, and the RoPE its K rows were rotated with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvShiftMeta {
+    pub kv: KvcacheMeta,
+    pub rope: RoPEMeta,
+    pub style: RopeStyle,
 }
 
 /// Token embedding lookup: weight GGUF `[n_embd, n_vocab]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbedMeta {
+    pub weight: WeightId,
     pub weight_name: String,
     pub weight_type: GgmlType,
     pub n_embd: usize,
@@ -410,11 +343,12 @@ pub enum NodeMeta {
     Attn(AttnMeta),
     Kvcache(KvcacheMeta),
     Embed(EmbedMeta),
+    KvShift(KvShiftMeta),
 }
 
 impl NodeMeta {
     /// Every [`NodeMeta::kind_name`].
-    pub const KIND_NAMES: [&'static str; 7] = ["none", "matmul", "norm", "rope", "attn", "kvcache", "embed"];
+    pub const KIND_NAMES: [&'static str; 8] = ["none", "matmul", "norm", "rope", "attn", "kvcache", "embed", "kv_shift"];
 
     /// Variant name, for exports and error messages.
     pub const fn kind_name(&self) -> &'static str {
@@ -426,6 +360,7 @@ impl NodeMeta {
             NodeMeta::Attn(_) => "attn",
             NodeMeta::Kvcache(_) => "kvcache",
             NodeMeta::Embed(_) => "embed",
+            NodeMeta::KvShift(_) => "kv_shift",
         }
     }
 }

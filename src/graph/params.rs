@@ -29,16 +29,6 @@ impl GraphType {
 pub struct CParams {
     /// Rows of every persistent KV region.
     pub n_ctx: usize,
-    /// Flash attention kernels (`AttnMode::Flash`).
-    pub flash_attn: bool,
-    /// Whether a GPU backend participates: assignment is part of the topology, so toggling it
-    /// must force a rebuild.
-    pub gpu: bool,
-    /// Decode QKV fusion (`MINFER_NO_FUSE_QKV=1` disables).
-    pub fuse_qkv: bool,
-    /// Decode FFN gate|up fusion (`MINFER_NO_FUSE_FFN=1` disables); independent of `fuse_qkv`
-    /// so A/B-ing one does not flip the other.
-    pub fuse_ffn: bool,
     /// Storage of the KV cells.
     pub kv_type: super::KvType,
 }

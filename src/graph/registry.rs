@@ -1,5 +1,8 @@
-//! The backend registry: which backends exist, their names, priorities and capabilities, and
-//! the fence that restricts which of them take part.
+//! The backend registry: which backends exist, their names, priorities and capabilities, how
+//! to probe and create each one, and the fence that restricts which of them take part.
+//!
+//! The types live here; the entries of this build are assembled by
+//! `crate::backends::registry()` (the graph layer knows no backend).
 //!
 //! A [`Backend`] is an opaque handle over a fixed id space (cpu = 0, metal = 1, cuda = 2). The ids
 //! are a file-format contract (KV sessions), so they are appended, never renumbered. Two orders
@@ -13,11 +16,13 @@
 //! backend of the assignment walk, so a fence never has to name it.
 
 use std::fmt;
+use std::sync::Arc;
 
-use super::DType;
-use super::cpu_backend;
+use super::CNode;
+use super::backend::BackendImpl;
 use super::error::GraphError;
-use super::ops::{FusedOp, Op};
+use super::ops::FusedOp;
+use crate::workers::Pool;
 
 /// Environment variable holding the fence when no `--backend` flag is given.
 pub const BACKENDS_ENV: &str = "MINFER_BACKENDS";
@@ -67,15 +72,16 @@ pub const PRIORITY_CUDA: u16 = 200;
 pub const PRIORITY_CPU: u16 = 100;
 
 /// The fixed facts of a built-in backend (independent of the build configuration).
-struct Builtin {
-    handle: Backend,
-    name: &'static str,
-    priority: u16,
+pub struct Builtin {
+    pub handle: Backend,
+    pub name: &'static str,
+    pub priority: u16,
     /// Graphviz fill colour.
-    color: &'static str,
+    pub color: &'static str,
 }
 
-const BUILTIN: [Builtin; 3] = [
+/// The built-in backends, in identity order.
+pub const BUILTIN: [Builtin; 3] = [
     Builtin {
         handle: Backend::CPU,
         name: "cpu",
@@ -100,7 +106,8 @@ const BUILTIN: [Builtin; 3] = [
 /// same functions, so the registry's answer and the pool's answer cannot diverge.
 #[derive(Clone, Copy)]
 pub struct Capabilities {
-    pub supports_op: fn(&Op, DType) -> bool,
+    /// Sees the whole node: op, output dtype, weight type, KV type, head size.
+    pub supports_node: fn(&CNode) -> bool,
     pub supports_fused: fn(FusedOp) -> bool,
 }
 
@@ -109,6 +116,48 @@ impl fmt::Debug for Capabilities {
         f.write_str("Capabilities { .. }")
     }
 }
+
+/// What a probe found: the device, its memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The device's own name (`"AMD EPYC 9B45"`, `"NVIDIA H200"`).
+    pub name: String,
+    /// Memory the backend can use, where known (bytes).
+    pub memory_bytes: Option<u64>,
+}
+
+/// Why a compiled-in backend cannot run here (no driver, no device).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Unavailable {
+    pub reason: String,
+}
+
+/// What a backend is created with.
+#[derive(Clone, Default)]
+pub struct BackendConfig {
+    /// CPU worker threads (a backend may use them for host-side work).
+    pub n_threads: usize,
+    /// Workers shared with other engines (a server's slots, a draft model beside its target).
+    pub workers: Option<Arc<Pool>>,
+    /// A cap on the bytes the backend may allocate (`None`: what the device has).
+    pub memory_cap: Option<usize>,
+}
+
+impl fmt::Debug for BackendConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendConfig")
+            .field("n_threads", &self.n_threads)
+            .field("shared_workers", &self.workers.is_some())
+            .field("memory_cap", &self.memory_cap)
+            .finish()
+    }
+}
+
+/// Probes a backend's device on this machine.
+pub type ProbeFn = fn() -> Result<DeviceInfo, Unavailable>;
+/// Creates a backend on a probed device.
+pub type CreateFn = fn(&DeviceInfo, &BackendConfig) -> Result<Box<dyn BackendImpl>, GraphError>;
 
 /// One registered backend.
 #[derive(Debug, Clone)]
@@ -119,12 +168,44 @@ pub struct BackendEntry {
     pub priority: u16,
     /// Part of this binary.
     pub compiled_in: bool,
-    /// Compiled in *and* its device is present and enabled on this machine.
-    pub usable_here: bool,
+    /// The probe's answer on this machine (`Err` also when not compiled in).
+    pub probed: Result<DeviceInfo, Unavailable>,
     /// `None` when not compiled in.
     pub capabilities: Option<Capabilities>,
+    /// `None` when not compiled in.
+    pub create: Option<CreateFn>,
     /// Graphviz fill colour of its nodes.
     pub color: &'static str,
+}
+
+impl BackendEntry {
+    /// An entry for a built-in name that this binary does not contain.
+    pub fn not_compiled(b: &Builtin) -> BackendEntry {
+        BackendEntry {
+            handle: b.handle,
+            name: b.name,
+            priority: b.priority,
+            compiled_in: false,
+            probed: Err(Unavailable { reason: "not compiled into this build".to_string() }),
+            capabilities: None,
+            create: None,
+            color: b.color,
+        }
+    }
+
+    /// Compiled in *and* its device is present and usable on this machine.
+    pub fn usable_here(&self) -> bool {
+        self.compiled_in && self.probed.is_ok() && self.create.is_some()
+    }
+
+    /// Creates the backend with `config` (errors when not usable here).
+    pub fn instantiate(&self, config: &BackendConfig) -> Result<Box<dyn BackendImpl>, GraphError> {
+        match (&self.probed, self.create) {
+            (Ok(info), Some(create)) => create(info, config),
+            (Err(why), _) => Err(GraphError::BackendUnusable { name: self.name.to_string(), reason: why.reason.clone() }),
+            (Ok(_), None) => Err(GraphError::BackendNotCompiled { name: self.name.to_string() }),
+        }
+    }
 }
 
 /// The set of backends, ordered by identity.
@@ -134,27 +215,6 @@ pub struct BackendRegistry {
 }
 
 impl BackendRegistry {
-    /// The registry of this build. Metal and CUDA are known names but not compiled in: there is
-    /// no Metal module, and no `cuda` feature, yet.
-    pub fn builtin() -> BackendRegistry {
-        let entries = BUILTIN
-            .iter()
-            .map(|b| {
-                let cpu = b.handle == Backend::CPU;
-                BackendEntry {
-                    handle: b.handle,
-                    name: b.name,
-                    priority: b.priority,
-                    compiled_in: cpu,
-                    usable_here: cpu,
-                    capabilities: cpu.then_some(cpu_backend::CAPABILITIES),
-                    color: b.color,
-                }
-            })
-            .collect();
-        BackendRegistry { entries }
-    }
-
     /// A registry from explicit entries (tests, future backends), kept in identity order.
     pub fn new(mut entries: Vec<BackendEntry>) -> BackendRegistry {
         entries.sort_by_key(|e| e.handle);
@@ -206,9 +266,10 @@ impl BackendRegistry {
                     name: entry.name.to_string(),
                 });
             }
-            if !entry.usable_here {
+            if let Err(why) = &entry.probed {
                 return Err(GraphError::BackendUnusable {
                     name: entry.name.to_string(),
+                    reason: why.reason.clone(),
                 });
             }
             if !allowed.contains(&entry.handle) {

@@ -2,9 +2,14 @@
 //!
 //! It is a pure orchestrator: it reads capabilities from the allocator, cuts the graph into
 //! splits (maximal runs of consecutive nodes on one backend), stages cross-backend sources at
-//! split boundaries through the allocator, and asks each backend to run its nodes. It never
-//! allocates and never falls back: a node whose buffer is on another backend than its split is an
-//! error naming the node and both backends.
+//! split boundaries through the backends' copy calls, and hands each backend a whole split
+//! ([`BackendImpl::compute`](super::BackendImpl::compute)). It never allocates and never falls
+//! back: a node whose buffer is on another backend than its split is an error naming the node
+//! and both backends (raised when the plan is made).
+//!
+//! An observer (the trace recorder, node dumps) sees every executed node's output right after
+//! it ran: the split then runs one node at a time, each read back through the backend's
+//! `get_tensor` after a `synchronize` — slower, and the same on every backend.
 //!
 //! `MINFER_GRAPH_TRACE=1` prints the splits and a per-op / per-backend census to stderr.
 
@@ -15,9 +20,10 @@ use super::alloc::GraphAllocator;
 use super::backend::KvProvider;
 use super::error::GraphError;
 use super::registry::Backend;
-use super::{BufRef, CNode, ComputeGraph, NodeId};
+use super::{CNode, ComputeGraph, NodeId};
 
-/// Sees each executed node's host-visible output ([`BackendScheduler::execute_observed`]).
+/// Sees each executed node's output as 4-byte words ([`GraphAllocator::node_words`]):
+/// [`BackendScheduler::execute_observed`].
 pub type NodeObserver<'a> = dyn FnMut(&CNode, &[f32]) + 'a;
 
 /// Environment variable that turns the execution trace on (`1`).
@@ -54,82 +60,34 @@ impl BackendScheduler {
     }
 
     /// Gives every unassigned node the highest-priority fenced backend with a pool that claims
-    /// `(op, dtype)`, the CPU last. Assignment is total: a node nobody claims lands on the CPU,
-    /// whose `execute_node` then refuses it by name — never a silent fallback at run time.
-    /// Explicit assignments are kept. Each node is decided on its own, in priority order from
-    /// the registry (no `HashMap` order anywhere).
+    /// it (the whole node: op, dtype, weight type, KV type, head size), the CPU last.
+    /// Assignment is total: a node nobody claims lands on the CPU, whose `compute` then refuses
+    /// it by name — never a silent fallback at run time. Explicit assignments are kept. Each
+    /// node is decided on its own, in priority order from the registry.
+    /// A node bound to a KV region that already exists goes where that region lives.
     pub fn assign_backends(&self, graph: &mut ComputeGraph, alloc: &GraphAllocator) {
         for node in graph.nodes.iter_mut().filter(|n| n.backend.is_none()) {
-            node.backend = Some(
-                alloc
-                    .supports_for(&node.op, node.out_dtype)
-                    .unwrap_or(Backend::CPU),
-            );
+            let kv_home = match node.op.binds_kv_region() {
+                true => node.kv_layer().and_then(|l| alloc.kv_pair(l)).map(|p| p.k.backend()),
+                false => None,
+            };
+            node.backend = Some(kv_home.or_else(|| alloc.supports_for(node)).unwrap_or(Backend::CPU));
         }
     }
 
-    /// Cuts the graph into splits wherever the assigned backend changes, and derives the
-    /// cross-backend edges.
+    /// Cuts the graph into splits wherever the assigned backend changes ([`split_graph`]).
     pub fn split_graph(&self, graph: &ComputeGraph) -> Result<Vec<Split>, GraphError> {
-        let backend_of = |node: &CNode| {
-            node.backend.ok_or_else(|| GraphError::Unassigned {
-                node: node.name.clone(),
-            })
-        };
-        let mut splits: Vec<Split> = Vec::new();
-        let mut split_of = vec![0usize; graph.nodes.len()];
-        for node in &graph.nodes {
-            let backend = backend_of(node)?;
-            match splits.last_mut() {
-                Some(s) if s.backend == backend => s.node_range.1 = node.id + 1,
-                _ => splits.push(Split {
-                    backend,
-                    node_range: (node.id, node.id + 1),
-                    inputs: Vec::new(),
-                    outputs: Vec::new(),
-                }),
-            }
-            split_of[node.id] = splits.len() - 1;
-        }
-        for node in &graph.nodes {
-            let here = split_of[node.id];
-            for &src in &node.src {
-                let producer = graph
-                    .nodes
-                    .get(src)
-                    .ok_or_else(|| GraphError::DanglingSrc {
-                        node: node.name.clone(),
-                        src,
-                        n_nodes: graph.nodes.len(),
-                    })?;
-                if backend_of(producer)? == splits[here].backend {
-                    continue;
-                }
-                if !splits[here].inputs.contains(&src) {
-                    splits[here].inputs.push(src);
-                }
-                let there = &mut splits[split_of[src]];
-                if !there.outputs.contains(&src) {
-                    there.outputs.push(src);
-                }
-            }
-        }
-        Ok(splits)
+        split_graph(graph)
     }
 
-    /// Executes the planned graph split by split, node by node in build order. Inputs are
-    /// skipped (host-filled), dead nodes are skipped (no buffer).
-    pub fn execute(
-        &self,
-        graph: &ComputeGraph,
-        alloc: &mut GraphAllocator,
-    ) -> Result<(), GraphError> {
+    /// Executes the planned graph split by split in build order: stage the split's
+    /// cross-backend inputs, hand the backend the split, synchronize.
+    pub fn execute(&self, graph: &ComputeGraph, alloc: &mut GraphAllocator) -> Result<(), GraphError> {
         self.run(graph, alloc, None)
     }
 
-    /// [`execute`](Self::execute), handing each executed node's host-visible output to
-    /// `observe` right after the node ran (before a later node can reuse its buffer). For
-    /// debugging dumps; nodes whose buffer is not host-visible are skipped.
+    /// [`execute`](Self::execute), handing each executed node's output to `observe` right
+    /// after the node ran (before a later node can reuse its region).
     pub fn execute_observed(
         &self,
         graph: &ComputeGraph,
@@ -139,92 +97,70 @@ impl BackendScheduler {
         self.run(graph, alloc, Some(observe))
     }
 
-    fn run(
-        &self,
-        graph: &ComputeGraph,
-        alloc: &mut GraphAllocator,
-        mut observe: Option<&mut NodeObserver>,
-    ) -> Result<(), GraphError> {
+    fn run(&self, graph: &ComputeGraph, alloc: &mut GraphAllocator, mut observe: Option<&mut NodeObserver>) -> Result<(), GraphError> {
         alloc.check_plan(graph)?;
-        let splits = self.split_graph(graph)?;
         if self.trace {
-            eprint!("{}", trace_report(graph, &splits, alloc));
+            eprint!("{}", trace_report(graph, alloc.splits(), alloc));
         }
-        for split in &splits {
+        for index in 0..alloc.splits().len() {
+            let split = alloc.splits()[index].clone();
             for &src in &split.inputs {
-                if alloc.node_buffer(src).is_some() {
+                if alloc.node_tensor(src).is_some() {
                     alloc.copy_across(src, split.backend)?;
                 }
             }
-            for node in &graph.nodes[split.node_range.0..split.node_range.1] {
-                self.execute_node(node, split.backend, alloc)?;
-                if let Some(f) = observe.as_mut()
-                    && !node.is_input()
-                    && let Some(data) = alloc.read_node(node.id)
-                {
-                    f(node, data);
+            match observe.as_mut() {
+                None => alloc.compute_split(graph, index, None)?,
+                Some(f) => {
+                    for item in 0..alloc.split_len(index) {
+                        alloc.compute_split(graph, index, Some(item..item + 1))?;
+                        let Some(id) = alloc.split_node(index, item) else { continue };
+                        let words = alloc.node_words(id)?;
+                        f(&graph.nodes[id], &words);
+                    }
                 }
             }
             alloc.synchronize(split.backend)?;
         }
         Ok(())
     }
+}
 
-    fn execute_node(
-        &self,
-        node: &CNode,
-        split: Backend,
-        alloc: &mut GraphAllocator,
-    ) -> Result<(), GraphError> {
-        if node.is_input() {
-            return Ok(()); // filled by the host before execution
+/// Cuts the graph into splits wherever the assigned backend changes, and derives the
+/// cross-backend edges.
+pub fn split_graph(graph: &ComputeGraph) -> Result<Vec<Split>, GraphError> {
+    let backend_of = |node: &CNode| node.backend.ok_or_else(|| GraphError::Unassigned { node: node.name.clone() });
+    let mut splits: Vec<Split> = Vec::new();
+    let mut split_of = vec![0usize; graph.nodes.len()];
+    for node in &graph.nodes {
+        let backend = backend_of(node)?;
+        match splits.last_mut() {
+            Some(s) if s.backend == backend => s.node_range.1 = node.id + 1,
+            _ => splits.push(Split { backend, node_range: (node.id, node.id + 1), inputs: Vec::new(), outputs: Vec::new() }),
         }
-        let Some(out) = alloc.node_buffer(node.id) else {
-            return Ok(()); // dead (e.g. the Silu folded into SwiGLU): no buffer, no work
-        };
-        let mismatch = |buffer: Backend| GraphError::BackendMismatch {
-            node: node.name.clone(),
-            split,
-            buffer,
-        };
-        if out.backend != split {
-            return Err(mismatch(out.backend));
-        }
-        let in_bufs = node
-            .src
-            .iter()
-            .map(|&s| {
-                let canon = alloc
-                    .node_buffer(s)
-                    .ok_or(GraphError::NoBuffer { node: s })?;
-                match canon.backend == split {
-                    true => Ok(canon),
-                    false => alloc
-                        .cross_buffer(s, split)
-                        .ok_or_else(|| mismatch(canon.backend)),
-                }
-            })
-            .collect::<Result<Vec<BufRef>, GraphError>>()?;
-        let kv = match node.kv_layer() {
-            Some(layer) => {
-                let pair = alloc.kv_pair(layer).ok_or_else(|| GraphError::KvMissing {
-                    node: node.name.clone(),
-                    layer,
-                })?;
-                if pair.k.backend != split {
-                    return Err(GraphError::KvBackendMismatch {
-                        node: node.name.clone(),
-                        layer,
-                        node_backend: split,
-                        kv_backend: pair.k.backend,
-                    });
-                }
-                Some(pair)
-            }
-            None => None,
-        };
-        alloc.pool_mut(split)?.execute_node(node, &in_bufs, out, kv)
+        split_of[node.id] = splits.len() - 1;
     }
+    for node in &graph.nodes {
+        let here = split_of[node.id];
+        for &src in &node.src {
+            let producer = graph.nodes.get(src).ok_or_else(|| GraphError::DanglingSrc {
+                node: node.name.clone(),
+                src,
+                n_nodes: graph.nodes.len(),
+            })?;
+            if backend_of(producer)? == splits[here].backend {
+                continue;
+            }
+            if !splits[here].inputs.contains(&src) {
+                splits[here].inputs.push(src);
+            }
+            let there = &mut splits[split_of[src]];
+            if !there.outputs.contains(&src) {
+                there.outputs.push(src);
+            }
+        }
+    }
+    Ok(splits)
 }
 
 /// The trace text: one line per split, then the census of live nodes per (op, backend) and the
@@ -249,7 +185,7 @@ pub fn trace_report(graph: &ComputeGraph, splits: &[Split], alloc: &GraphAllocat
     let mut dead = 0usize;
     for node in &graph.nodes {
         match (
-            node.is_input() || alloc.node_buffer(node.id).is_some(),
+            node.is_input() || alloc.node_tensor(node.id).is_some(),
             node.backend,
         ) {
             (true, Some(b)) => *census.entry((node.op.name(), b)).or_default() += 1,

@@ -1,14 +1,20 @@
-//! Weights by name: the graph refers to a weight by its GGUF name (`MatMulMeta.weight_name`) and
-//! a backend resolves the name here at execution time. Matrices stay in the memory map
-//! (zero-copy); small 1-D F32 tensors (norm weights, biases) are converted to `f32` once at
-//! load, since the map gives no alignment guarantee for a typed view.
+//! Weights by handle: a [`WeightId`] is the tensor's index in its GGUF file, resolved once when
+//! the graph is built (the builder gets the tensor's info and records the id beside the name),
+//! so no node looks a name up while it runs. The store keeps matrices in the memory map
+//! (zero-copy) and converts small 1-D float tensors (norm weights, biases) to `f32` once at
+//! load, since the map gives no alignment guarantee for a typed view. Backends are offered the
+//! ids their nodes use ([`BackendImpl::load_weights`](super::BackendImpl::load_weights)) and
+//! keep the mapped bytes or upload copies.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::error::GraphError;
 use crate::gguf::GgufFile;
 use crate::quants::{GgmlType, dequantize_row};
+
+/// A weight's handle: its tensor index in the model file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WeightId(pub u32);
 
 /// A weight matrix in the file: `rows` rows of `cols` values, row-major blocks of `ty`.
 #[derive(Debug, Clone, Copy)]
@@ -21,54 +27,83 @@ pub struct WeightView<'a> {
     pub cols: usize,
 }
 
-/// The weights of one model file.
+/// One tensor of the file, as the store holds it.
+#[derive(Debug)]
+enum Entry {
+    /// A 2-D tensor of a known type: its bytes stay in the map.
+    Matrix { ty: GgmlType, rows: usize, cols: usize },
+    /// A 1-D float tensor, converted.
+    Vector(Vec<f32>),
+    /// Anything else (not addressable by a node).
+    Other,
+}
+
+/// The weights of one model file, indexed by [`WeightId`].
 #[derive(Debug)]
 pub struct WeightStore {
     file: Arc<GgufFile>,
-    vectors: HashMap<String, Vec<f32>>,
+    entries: Vec<Entry>,
 }
 
 impl WeightStore {
     /// Indexes `file`'s tensors; 1-D tensors of a float type are converted to f32 now.
     pub fn new(file: Arc<GgufFile>) -> Result<WeightStore, GraphError> {
-        let mut vectors = HashMap::new();
+        let mut entries = Vec::with_capacity(file.tensors().len());
         for t in file.tensors() {
-            if t.dims.len() != 1 {
-                continue;
-            }
-            let ty = t.weight_type().map_err(|source| GraphError::Weight { name: t.name.clone(), source })?;
-            if !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-                continue;
-            }
-            let data = file.tensor_data(t).map_err(|e| GraphError::WeightFile { name: t.name.clone(), reason: e.to_string() })?;
-            let mut v = vec![0.0f32; t.n_elements as usize];
-            dequantize_row(ty, data, &mut v).map_err(|source| GraphError::Weight { name: t.name.clone(), source })?;
-            vectors.insert(t.name.clone(), v);
+            let weight = |source| GraphError::Weight { name: t.name.clone(), source };
+            let entry = match (t.dims.len(), t.ty) {
+                (1, Some(ty @ (GgmlType::F32 | GgmlType::F16 | GgmlType::BF16))) => {
+                    let data = file.tensor_data(t).map_err(|e| GraphError::WeightFile { name: t.name.clone(), reason: e.to_string() })?;
+                    let mut v = vec![0.0f32; t.n_elements as usize];
+                    dequantize_row(ty, data, &mut v).map_err(weight)?;
+                    Entry::Vector(v)
+                }
+                (2, Some(ty)) => Entry::Matrix { ty, cols: t.dims[0] as usize, rows: t.dims[1] as usize },
+                _ => Entry::Other,
+            };
+            entries.push(entry);
         }
-        Ok(WeightStore { file, vectors })
+        Ok(WeightStore { file, entries })
     }
 
     pub fn file(&self) -> &Arc<GgufFile> {
         &self.file
     }
 
+    /// The tensor's name (for errors).
+    pub fn name(&self, id: WeightId) -> &str {
+        self.file.tensors().get(id.0 as usize).map_or("?", |t| t.name.as_str())
+    }
+
+    /// The id of the tensor called `name`.
+    pub fn id_of(&self, name: &str) -> Option<WeightId> {
+        self.file.tensors().iter().position(|t| t.name == name).map(|i| WeightId(i as u32))
+    }
+
     /// A 1-D float weight (norm weight, bias) as f32.
-    pub fn vector(&self, name: &str) -> Result<&[f32], GraphError> {
-        self.vectors
-            .get(name)
-            .map(Vec::as_slice)
-            .ok_or_else(|| GraphError::MissingWeight { name: name.to_string(), what: "a 1-D float tensor" })
+    pub fn vector(&self, id: WeightId) -> Result<&[f32], GraphError> {
+        match self.entries.get(id.0 as usize) {
+            Some(Entry::Vector(v)) => Ok(v),
+            _ => Err(GraphError::MissingWeight { name: self.name(id).to_string(), what: "a 1-D float tensor" }),
+        }
     }
 
     /// A 2-D weight matrix, zero-copy from the map.
-    pub fn matrix(&self, name: &str) -> Result<WeightView<'_>, GraphError> {
-        let missing = || GraphError::MissingWeight { name: name.to_string(), what: "a 2-D tensor" };
-        let t = self.file.tensor(name).ok_or_else(missing)?;
-        if t.dims.len() != 2 {
+    pub fn matrix(&self, id: WeightId) -> Result<WeightView<'_>, GraphError> {
+        let missing = || GraphError::MissingWeight { name: self.name(id).to_string(), what: "a 2-D tensor" };
+        let (Some(&Entry::Matrix { ty, rows, cols }), Some(t)) = (self.entries.get(id.0 as usize), self.file.tensors().get(id.0 as usize)) else {
             return Err(missing());
+        };
+        let data = self.file.tensor_data(t).map_err(|e| GraphError::WeightFile { name: t.name.clone(), reason: e.to_string() })?;
+        Ok(WeightView { ty, data, rows, cols })
+    }
+
+    /// Bytes of weight `id` as a backend would hold it (the matrix's blocks, or the f32
+    /// vector).
+    pub fn bytes(&self, id: WeightId) -> Result<&[u8], GraphError> {
+        match self.entries.get(id.0 as usize) {
+            Some(Entry::Vector(v)) => Ok(bytemuck::cast_slice(v)),
+            _ => Ok(self.matrix(id)?.data),
         }
-        let ty = t.weight_type().map_err(|source| GraphError::Weight { name: name.to_string(), source })?;
-        let data = self.file.tensor_data(t).map_err(|e| GraphError::WeightFile { name: name.to_string(), reason: e.to_string() })?;
-        Ok(WeightView { ty, data, cols: t.dims[0] as usize, rows: t.dims[1] as usize })
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::graph::{
-    AttnMeta, AttnMode, ComputeGraph, DType, GraphBuilder, GraphError, GraphParams, KvType, NodeId, RoPEMeta, RopeStyle,
+    AttnMeta, ComputeGraph, KvcacheMeta, DType, GraphBuilder, GraphError, GraphParams, KvType, NodeId, RoPEMeta, RopeStyle,
 };
 
 use super::{HParams, ModelError};
@@ -84,8 +84,6 @@ impl HParams {
             head_dim: self.head_dim as usize,
             n_rot: self.head_dim as usize,
             freq_base: self.rope_freq_base,
-            freq_scale: 1.0,
-            n_ctx_orig: self.n_ctx_train as usize,
         }
     }
 
@@ -102,6 +100,25 @@ impl HParams {
     }
 }
 
+/// The RoPE style of the decoders here (Qwen2, Qwen3: NeoX halves).
+pub const ROPE_STYLE: RopeStyle = RopeStyle::NonInterleaved;
+
+/// The K-shift graph of a decoder: input `kv_deltas` `[n_ctx]` i32, one `kv_shift` node per
+/// layer (llama.cpp's `build_graph_shift`).
+pub fn build_kv_shift(hp: &HParams, p: &GraphParams) -> Result<ComputeGraph, GraphError> {
+    let n_ctx = p.cparams.n_ctx;
+    let n_embd_kv = (hp.n_head_kv * hp.head_dim) as usize;
+    let mut b = GraphBuilder::new();
+    let deltas = b.input("kv_deltas", [n_ctx, 1, 1, 1], DType::I32); // [n_ctx] i32
+    for il in 0..hp.n_layer as usize {
+        b.set_layer(Some(il));
+        let kv = KvcacheMeta { layer: il, n_embd_kv, n_ctx, kv_type: p.cparams.kv_type, head_dim: hp.head_dim as usize };
+        b.kv_shift(il, deltas, hp.rope_meta(hp.n_head_kv as usize), ROPE_STYLE, kv)?;
+    }
+    b.set_layer(None);
+    Ok(b.build())
+}
+
 /// Builds the forward pass for `p`; `qkv` is the architecture's projection of one layer.
 pub fn build_decoder(
     hp: &HParams,
@@ -114,7 +131,6 @@ pub fn build_decoder(
     let n_ctx = p.cparams.n_ctx;
     let kv_type = p.cparams.kv_type;
     let eps = hp.rms_eps;
-    let mode = if p.cparams.flash_attn { AttnMode::Flash } else { AttnMode::Gqa };
     let n_embd_kv = (hp.n_head_kv * hp.head_dim) as usize;
 
     let mut b = GraphBuilder::new();
@@ -131,12 +147,12 @@ pub fn build_decoder(
         let normed = b.rms_norm(h, Some(&l.attn_norm), eps)?;
         b.rename(normed, "attn_norm")?;
         let Qkv { q, k, v } = qkv(&mut b, &LayerCtx { il, normed, pos })?;
-        let q = b.rope(q, pos, RopeStyle::NonInterleaved, hp.rope_meta(hp.n_head as usize))?;
-        let k = b.rope(k, pos, RopeStyle::NonInterleaved, hp.rope_meta(hp.n_head_kv as usize))?;
+        let q = b.rope(q, pos, ROPE_STYLE, hp.rope_meta(hp.n_head as usize))?;
+        let k = b.rope(k, pos, ROPE_STYLE, hp.rope_meta(hp.n_head_kv as usize))?;
         let layout = (kv_type, hp.head_dim as usize);
         b.kvcache_store(il, k, v, pos, n_ctx, layout)?;
         let kv = b.kvcache_load(il, n_embd_kv, n_ctx, layout);
-        let attn = b.attn(q, kv, pos, mode, hp.attn_meta(il, n_ctx, kv_type))?; // [n_head*hd, nt]
+        let attn = b.attn(q, kv, pos, hp.attn_meta(il, n_ctx, kv_type))?; // [n_head*hd, nt]
         let wo = b.matmul(attn, &l.wo, None)?; // [n_embd, nt]
         h = match tail {
             // G3: from here on only the n_out wanted rows are computed.

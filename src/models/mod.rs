@@ -21,6 +21,11 @@ pub use qwen3::Qwen3;
 pub trait ModelDef: Send + Sync {
     fn hparams(&self) -> &HParams;
     fn build_graph(&self, p: &GraphParams) -> Result<ComputeGraph, GraphError>;
+    /// The K-shift graph: every layer's K rows re-rotated by the `kv_deltas` input (one i32
+    /// per cell), with the RoPE the layers were built with.
+    fn build_kv_shift(&self, p: &GraphParams) -> Result<ComputeGraph, GraphError> {
+        decoder::build_kv_shift(self.hparams(), p)
+    }
 }
 
 /// A model file and its architecture.

@@ -172,12 +172,9 @@ impl IntoResponse for ApiError {
 /// Why `minfer serve` could not start or stopped (one line on stderr, non-zero exit).
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
-    #[error("cannot start the async runtime: {0}")]
-    Runtime(std::io::Error),
-    #[error("server error: {0}")]
-    Io(std::io::Error),
+    /// Listening, the runtime.
+    #[error(transparent)]
+    Http(#[from] crate::http::HttpError),
     #[error("cannot load {path}: {reason}")]
     Load { path: String, reason: String },
     #[error("{0}")]

@@ -35,28 +35,18 @@ pub use state::{AppState, ServeConfig};
 
 use std::time::Duration;
 
+use crate::http;
+
 /// Runs the server until Ctrl-C / SIGTERM, or until the model fails to load.
 pub fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
-    http_runtime("minfer-http")?.block_on(run(cfg))
-}
-
-/// The async runtime of an HTTP front end (`serve`, `viz`): two threads, since inference runs on
-/// its own threads.
-pub(crate) fn http_runtime(thread_name: &str) -> Result<tokio::runtime::Runtime, ServeError> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name(thread_name)
-        .enable_all()
-        .build()
-        .map_err(ServeError::Runtime)
+    http::runtime("minfer-http")?.block_on(run(cfg))
 }
 
 async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     let st = AppState::new(cfg);
     let opened = st.open_model()?;
     let addr = format!("{}:{}", st.cfg.host, st.cfg.port);
-    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
-    let local = listener.local_addr().map_err(ServeError::Io)?;
+    let (listener, local) = http::bind(&addr).await?;
     eprintln!("minfer serve: listening on http://{local} (loading {})", st.cfg.model.display());
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<ServeError>();
     let loader = st.clone();
@@ -93,7 +83,7 @@ async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     let stop = async move {
         let outcome = tokio::select! {
             e = load_failed => Some(e),
-            _ = shutdown_signal() => None,
+            _ = http::shutdown_signal() => None,
         };
         // No new generations from here on; /health says so.
         lc.lifecycle.start_draining();
@@ -116,26 +106,4 @@ async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
         eprintln!("minfer serve: stopped; the generations still running after --drain-timeout were ended");
     }
     Ok(())
-}
-
-/// Ctrl-C or SIGTERM (`minfer viz` shares it).
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
 }

@@ -106,7 +106,7 @@ async fn read_body_in_time(State(st): State<Arc<AppState>>, req: Request, next: 
 /// A panic in a handler (a bug: inference has its own guard) is a 500 in the OpenAI shape,
 /// not a dropped connection.
 fn handler_panicked(panic: Box<dyn std::any::Any + Send>) -> Response {
-    let what = super::slot::panic_text(&*panic);
+    let what = crate::http::panic_text(&*panic);
     eprintln!("minfer serve: a request handler panicked: {what}");
     ApiError::Internal(format!("the request handler panicked: {}", bounded(&what))).into_response()
 }

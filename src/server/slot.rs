@@ -13,6 +13,7 @@ use super::admission::Ticket;
 use super::error::ApiError;
 use super::metrics::Metrics;
 use crate::generate::{Engine, GenerateError, GenerateParams, Generator, Speculator, StopReason, TokenLogprobs};
+use crate::http::panic_text;
 use crate::tokenizer::Tokenizer;
 
 /// A generation request on its way to a slot.
@@ -73,15 +74,6 @@ pub struct Slot<'t> {
     /// The slot's draft engine when the server speculates (`--draft`).
     spec: Option<Speculator>,
     task: Option<Task<'t>>,
-}
-
-/// A panic's message, when it has one.
-pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 impl Job {

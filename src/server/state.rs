@@ -180,6 +180,8 @@ impl AppState {
         let tok = Arc::new(tok);
         let engine = EngineParams {
             n_ctx: n_ctx_slot,
+            n_ubatch: self.cfg.ubatch.max(1),
+            memory_cap: None,
             n_threads: self.cfg.threads,
             backends: self.cfg.backends.clone(),
             trace: false,

@@ -18,15 +18,18 @@ pub mod state;
 use std::future::IntoFuture;
 use std::path::PathBuf;
 
-use crate::server::ServeError;
+use crate::http::{self, HttpError};
 
 pub use state::{VizConfig, VizState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VizError {
-    /// Listening, the runtime, loading the model: as `minfer serve` reports them.
+    /// Listening, the runtime: as `minfer serve` reports them.
     #[error(transparent)]
-    Serve(#[from] ServeError),
+    Http(#[from] HttpError),
+    /// The model could not be opened or loaded (in `minfer serve`'s words).
+    #[error("cannot load {path}: {reason}")]
+    Load { path: String, reason: String },
     #[error("--trace-dir {path}: not a directory")]
     TraceDir { path: PathBuf },
 }
@@ -37,16 +40,14 @@ pub fn viz(cfg: VizConfig) -> Result<(), VizError> {
         return Err(VizError::TraceDir { path: dir.clone() });
     }
     let st = VizState::load(cfg)?;
-    crate::server::http_runtime("minfer-viz")?.block_on(async move {
-        let addr = format!("{}:{}", st.cfg.host, st.cfg.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServeError::Bind { addr, source })?;
-        let local = listener.local_addr().map_err(ServeError::Io)?;
+    http::runtime("minfer-viz")?.block_on(async move {
+        let (listener, local) = http::bind(&format!("{}:{}", st.cfg.host, st.cfg.port)).await?;
         eprintln!("minfer viz: {} on http://{local}/", st.model_name);
         // No graceful shutdown: open event streams would hold it open, and a run in progress
         // only reads the model.
         tokio::select! {
-            r = axum::serve(listener, routes::router(st)).into_future() => r.map_err(ServeError::Io)?,
-            _ = crate::server::shutdown_signal() => eprintln!("minfer viz: stopped"),
+            r = axum::serve(listener, routes::router(st)).into_future() => r.map_err(HttpError::Io)?,
+            _ = http::shutdown_signal() => eprintln!("minfer viz: stopped"),
         }
         Ok(())
     })

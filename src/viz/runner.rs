@@ -147,7 +147,7 @@ fn stop_name(s: StopReason) -> &'static str {
 pub fn run_blocking(guard: RunGuard, p: PreparedRun) {
     let (st, run) = (guard.st.clone(), guard.id);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| generate(&st, run, &p)))
-        .unwrap_or_else(|panic| Err(format!("the run panicked: {}", crate::server::slot::panic_text(&*panic))));
+        .unwrap_or_else(|panic| Err(format!("the run panicked: {}", crate::http::panic_text(&*panic))));
     let frame = match outcome {
         Ok(done) => Frame::new("done", &done),
         Err(message) => Frame::new("run_error", &json!({ "run": run, "message": message })),

@@ -10,7 +10,6 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::VizError;
-use crate::server::ServeError;
 use crate::chat::ChatTemplate;
 use crate::generate::{Engine, EngineParams};
 use crate::gguf::GgufFile;
@@ -84,7 +83,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl VizState {
     /// Opens the model and builds its engine.
     pub fn load(cfg: VizConfig) -> Result<Arc<VizState>, VizError> {
-        let fail = |reason: String| VizError::from(ServeError::Load { path: cfg.model.display().to_string(), reason });
+        let fail = |reason: String| VizError::Load { path: cfg.model.display().to_string(), reason };
         let file = GgufFile::open(&cfg.model).map_err(|e| fail(e.to_string()))?;
         let tok = Tokenizer::from_gguf(&file).map_err(|e| fail(e.to_string()))?;
         let template = file
@@ -95,6 +94,8 @@ impl VizState {
         let model = Arc::new(load_model(Arc::new(file)).map_err(|e| fail(e.to_string()))?);
         let p = EngineParams {
             n_ctx: cfg.n_ctx,
+            n_ubatch: crate::generate::DEFAULT_UBATCH,
+            memory_cap: None,
             n_threads: cfg.threads,
             backends: cfg.backends.clone(),
             trace: false,

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use minfer::gguf::TensorInfo;
 use minfer::graph::{
-    AttnMeta, AttnMode, Backend, BackendImpl, BufRef, CNode, CParams, ComputeGraph, DType, FusedOp,
-    GraphBuilder, GraphError, GraphParams, GraphType, KvPair, NodeId, Op, RoPEMeta, RopeStyle,
+    AttnMeta, Backend, BackendImpl, BufferId, BufferUsage, CNode, CParams, ComputeGraph, DType, FusedOp, GraphBuilder,
+    GraphError, GraphParams, GraphType, MemoryStats, NodeId, Op, OutOfMemory, RoPEMeta, RopeStyle, SplitWork, TensorRef,
+    WeightId, WeightStore,
 };
 use minfer::quants::GgmlType;
 
@@ -15,6 +16,7 @@ use minfer::quants::GgmlType;
 pub fn tensor(name: &str, dims: &[u64], ty: GgmlType) -> TensorInfo {
     let n_elements: u64 = dims.iter().product();
     TensorInfo {
+        index: 0,
         name: name.to_string(),
         dims: dims.to_vec(),
         type_id: ty.id(),
@@ -28,6 +30,7 @@ pub fn tensor(name: &str, dims: &[u64], ty: GgmlType) -> TensorInfo {
 /// A tensor stored in a type minfer does not implement (IQ2_XS, id 17).
 pub fn iquant_tensor(name: &str, dims: &[u64]) -> TensorInfo {
     TensorInfo {
+        index: 0,
         name: name.to_string(),
         dims: dims.to_vec(),
         type_id: 17,
@@ -39,14 +42,7 @@ pub fn iquant_tensor(name: &str, dims: &[u64]) -> TensorInfo {
 }
 
 pub fn cparams(n_ctx: usize) -> CParams {
-    CParams {
-        n_ctx,
-        flash_attn: false,
-        gpu: false,
-        fuse_qkv: false,
-        fuse_ffn: false,
-        kv_type: Default::default(),
-    }
+    CParams { n_ctx, kv_type: Default::default() }
 }
 
 /// Prefill (`n_out = 1`) or decode params.
@@ -122,8 +118,6 @@ impl Qwen2Shape {
             head_dim: self.head_dim(),
             n_rot: self.head_dim(),
             freq_base: 1_000_000.0,
-            freq_scale: 1.0,
-            n_ctx_orig: 32768,
         }
     }
 
@@ -141,11 +135,6 @@ impl Qwen2Shape {
         let tail = (p.n_out < nt).then(|| b.input("tail_ids", [p.n_out, 1, 1, 1], DType::I32));
         let embd = tensor("token_embd.weight", &[ne as u64, self.n_vocab as u64], q8);
         let mut h = b.embedding(ids, &embd)?;
-        let mode = if p.cparams.flash_attn {
-            AttnMode::Flash
-        } else {
-            AttnMode::Gqa
-        };
         for il in 0..self.n_layer {
             b.set_layer(Some(il));
             let residual = h;
@@ -192,7 +181,7 @@ impl Qwen2Shape {
                 n_ctx,
                 kv_type: Default::default(),
             };
-            let attn = b.attn(q, kv, pos, mode, meta)?;
+            let attn = b.attn(q, kv, pos, meta)?;
             let wo = b.matmul(attn, &self.w(il, "attn_output", &[ne, ne], q8), None)?;
             h = match tail {
                 Some(tail) if il + 1 == self.n_layer => {
@@ -238,118 +227,101 @@ pub fn only_add_mul(op: &Op, dtype: DType) -> bool {
     matches!(op, Op::Add | Op::Mul) && dtype == DType::F32
 }
 
-/// A device stand-in: its own pool, configurable capabilities, Add/Mul kernels, and a log of
-/// the nodes it executed.
+/// A device stand-in: its own byte buffers, configurable capabilities, Add/Mul kernels, and a
+/// log of the nodes it executed.
 pub struct MockBackend {
     pub handle: Backend,
     pub ops: OpFilter,
     pub fused: bool,
-    pub buffers: Vec<Vec<f32>>,
-    pub free: Vec<usize>,
+    pub buffers: Vec<Option<Vec<u8>>>,
+    pub stats: MemoryStats,
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
 impl MockBackend {
     pub fn new(handle: Backend, ops: OpFilter, fused: bool) -> MockBackend {
-        MockBackend {
-            handle,
-            ops,
-            fused,
-            buffers: Vec::new(),
-            free: Vec::new(),
-            log: Arc::default(),
+        MockBackend { handle, ops, fused, buffers: Vec::new(), stats: MemoryStats::default(), log: Arc::default() }
+    }
+
+    fn region(&self, t: TensorRef, offset: usize, len: usize) -> Result<std::ops::Range<usize>, GraphError> {
+        let buf = self.buffers.get(t.buf.id.0 as usize).and_then(Option::as_ref).ok_or(GraphError::BadBufferId { backend: self.handle, id: t.buf.id })?;
+        let range = t.offset + offset..t.offset + offset + len;
+        match t.buf.backend == self.handle && offset + len <= t.bytes && range.end <= buf.len() {
+            true => Ok(range),
+            false => Err(GraphError::TensorRange { backend: self.handle, offset, bytes: len, size: t.bytes }),
         }
+    }
+
+    fn f32s(&self, t: TensorRef) -> Result<Vec<f32>, GraphError> {
+        let r = self.region(t, 0, t.bytes)?;
+        let b = &self.buffers[t.buf.id.0 as usize].as_ref().unwrap()[r];
+        Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 }
 
 impl BackendImpl for MockBackend {
-    fn supports_op(&self, op: &Op, dtype: DType) -> bool {
-        (self.ops)(op, dtype)
+    fn supports_node(&self, node: &CNode) -> bool {
+        (self.ops)(&node.op, node.out_dtype)
     }
     fn supports_fused(&self, _fused: FusedOp) -> bool {
         self.fused
     }
-    fn alloc_buffer(&mut self, len: usize) -> usize {
-        if let Some(pos) = self
-            .free
-            .iter()
-            .position(|&id| self.buffers[id].len() == len)
-        {
-            let id = self.free.swap_remove(pos);
-            self.buffers[id].fill(0.0);
-            return id;
-        }
-        self.alloc_fresh(len)
+    fn alloc_buffer(&mut self, bytes: usize, _usage: BufferUsage) -> Result<BufferId, OutOfMemory> {
+        self.buffers.push(Some(vec![0u8; bytes]));
+        self.stats.allocations += 1;
+        self.stats.bytes_in_use += bytes;
+        Ok(BufferId(self.buffers.len() as u32 - 1))
     }
-    fn free_buffer(&mut self, id: usize) {
-        if !self.free.contains(&id) {
-            self.free.push(id);
+    fn free_buffer(&mut self, id: BufferId) {
+        if let Some(b) = self.buffers.get_mut(id.0 as usize).and_then(Option::take) {
+            self.stats.frees += 1;
+            self.stats.bytes_in_use -= b.len();
         }
     }
-    fn alloc_fresh(&mut self, len: usize) -> usize {
-        self.buffers.push(vec![0.0; len]);
-        self.buffers.len() - 1
+    fn buffer_size(&self, id: BufferId) -> Option<usize> {
+        self.buffers.get(id.0 as usize)?.as_ref().map(Vec::len)
     }
-    fn pool_len(&self) -> usize {
-        self.buffers.len()
+    fn memory(&self) -> MemoryStats {
+        self.stats
     }
-    fn buffer_len(&self, id: usize) -> Option<usize> {
-        self.buffers.get(id).map(Vec::len)
-    }
-    fn execute_node(
-        &mut self,
-        node: &CNode,
-        in_bufs: &[BufRef],
-        out_buf: BufRef,
-        _kv: Option<KvPair>,
-    ) -> Result<(), GraphError> {
-        for b in in_bufs.iter().chain([&out_buf]) {
-            if b.backend != self.handle {
-                return Err(GraphError::BackendMismatch {
-                    node: node.name.clone(),
-                    split: self.handle,
-                    buffer: b.backend,
-                });
-            }
-        }
-        let f: fn(f32, f32) -> f32 = match node.op {
-            Op::Add => |a, b| a + b,
-            Op::Mul => |a, b| a * b,
-            _ => {
-                return Err(GraphError::NoKernel {
-                    node: node.name.clone(),
-                    op: node.op.clone(),
-                });
-            }
-        };
-        let out: Vec<f32> = self.buffers[in_bufs[0].id]
-            .iter()
-            .zip(&self.buffers[in_bufs[1].id])
-            .map(|(&a, &b)| f(a, b))
-            .collect();
-        self.buffers[out_buf.id] = out;
-        if let Ok(mut log) = self.log.lock() {
-            log.push(node.name.clone());
-        }
+    fn set_tensor(&mut self, dst: TensorRef, offset: usize, data: &[u8]) -> Result<(), GraphError> {
+        let r = self.region(dst, offset, data.len())?;
+        self.buffers[dst.buf.id.0 as usize].as_mut().unwrap()[r].copy_from_slice(data);
         Ok(())
     }
-    fn read_host(&self, id: usize) -> Option<&[f32]> {
-        self.buffers.get(id).map(Vec::as_slice)
+    fn get_tensor(&mut self, src: TensorRef, offset: usize, out: &mut [u8]) -> Result<(), GraphError> {
+        let r = self.region(src, offset, out.len())?;
+        out.copy_from_slice(&self.buffers[src.buf.id.0 as usize].as_ref().unwrap()[r]);
+        Ok(())
     }
-    fn write_host(&mut self, id: usize, data: &[f32]) -> Result<(), GraphError> {
-        let buf = self.buffers.get_mut(id).ok_or(GraphError::BadBufferId {
-            backend: self.handle,
-            id,
-        })?;
-        if buf.len() != data.len() {
-            return Err(GraphError::HostLength {
-                backend: self.handle,
-                id,
-                expected: buf.len(),
-                got: data.len(),
-            });
+    fn copy_tensor(&mut self, src: TensorRef, dst: TensorRef) -> Result<(), GraphError> {
+        let mut tmp = vec![0u8; src.bytes];
+        self.get_tensor(src, 0, &mut tmp)?;
+        self.set_tensor(dst, 0, &tmp)
+    }
+    fn load_weights(&mut self, _store: &Arc<WeightStore>, _ids: &[WeightId]) -> Result<(), GraphError> {
+        Ok(())
+    }
+    fn compute(&mut self, split: &SplitWork) -> Result<(), GraphError> {
+        for w in split.nodes {
+            let node = split.node(w)?;
+            for t in w.srcs.iter().chain([&w.out]) {
+                if t.buf.backend != self.handle {
+                    return Err(GraphError::BackendMismatch { node: node.name.clone(), split: self.handle, buffer: t.buf.backend });
+                }
+            }
+            let f: fn(f32, f32) -> f32 = match node.op {
+                Op::Add => |a, b| a + b,
+                Op::Mul => |a, b| a * b,
+                _ => return Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() }),
+            };
+            let (a, b) = (self.f32s(w.srcs[0])?, self.f32s(w.srcs[1])?);
+            let out: Vec<u8> = a.iter().zip(&b).flat_map(|(&x, &y)| f(x, y).to_le_bytes()).collect();
+            self.set_tensor(w.out, 0, &out)?;
+            if let Ok(mut log) = self.log.lock() {
+                log.push(node.name.clone());
+            }
         }
-        buf.copy_from_slice(data);
         Ok(())
     }
 }

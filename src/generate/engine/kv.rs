@@ -10,11 +10,15 @@
 //! matches its index again. V rows never depend on the position and move verbatim. Packed
 //! rows (f16, q8_0) move as bytes; a shifted K row is decoded, rotated and encoded again
 //! (re-quantized).
+//!
+//! Every edit runs on the backend that owns the KV regions: removal is the backend's own
+//! `copy_tensor` inside each region, the shift is the model's K-shift graph executed like any
+//! forward pass, and snapshots read and write only the rows in use through `get_tensor` /
+//! `set_tensor` — no host copy of whole regions.
 
 use super::{Engine, EngineError};
+use crate::backends::cpu::kernels::kv_cache::decode_row;
 use crate::graph::KvType;
-use crate::vec_ops::kv_cache::{decode_row, encode_row};
-use crate::vec_ops::rope::RopeCache;
 
 impl Engine {
     /// Fails unless cell `i` holds position `i` for every cell.
@@ -28,7 +32,7 @@ impl Engine {
     /// Bytes of every layer's K and V regions (the whole context, used or not).
     pub fn kv_bytes(&self) -> usize {
         let h = self.model.hparams();
-        let per_region = self.kv_type().region_len((h.n_head_kv * h.head_dim) as usize, self.cparams.n_ctx) * 4;
+        let per_region = self.kv_type().region_bytes((h.n_head_kv * h.head_dim) as usize, self.cparams.n_ctx);
         2 * h.n_layer as usize * per_region
     }
 
@@ -49,11 +53,13 @@ impl Engine {
         }
         if p1 < n_past {
             let rb = self.row_bytes();
-            self.edit_kv(|k, v| {
-                k.copy_within(p1 * rb..n_past * rb, p0 * rb);
-                v.copy_within(p1 * rb..n_past * rb, p0 * rb);
-                Ok(())
-            })?;
+            let alloc = self.cache.alloc_mut();
+            let moved = alloc.kv_layers().into_iter().try_for_each(|layer| alloc.move_kv_rows(layer, p1 * rb, p0 * rb, (n_past - p1) * rb));
+            if let Err(e) = moved {
+                // Some layers moved, others not: the KV is forgotten rather than left mixed.
+                self.reset();
+                return Err(e.into());
+            }
         }
         self.tokens.drain(p0..p1);
         self.cell_pos.drain(p0..p1);
@@ -72,20 +78,15 @@ impl Engine {
         if p0 == p1 || delta == 0 {
             return Ok(());
         }
-        let h = self.model.hparams();
-        let (n_head_kv, head_dim, freq_base) = (h.n_head_kv as usize, h.head_dim as usize, h.rope_freq_base);
-        let rot = RopeCache::new(&[delta], head_dim, freq_base).map_err(|e| EngineError::Kv(e.to_string()))?;
-        let (kv_type, rb) = (self.kv_type(), self.row_bytes());
-        let kv_err = |e: crate::vec_ops::OpsError| EngineError::Kv(e.to_string());
-        let mut plain = vec![0.0f32; n_head_kv * head_dim];
-        self.edit_kv(|k, _| {
-            for row in k[p0 * rb..p1 * rb].chunks_exact_mut(rb) {
-                decode_row(kv_type, head_dim, row, &mut plain).map_err(kv_err)?;
-                rot.apply(&mut plain, n_head_kv).map_err(kv_err)?;
-                encode_row(kv_type, head_dim, &plain, row).map_err(kv_err)?;
-            }
-            Ok(())
-        })?;
+        let mut deltas = vec![0i32; self.cparams.n_ctx];
+        deltas[p0..p1].iter_mut().for_each(|d| *d = delta);
+        let params = self.graph_params(1, 1);
+        let graph = self.model.def.build_kv_shift(&params)?;
+        let shifted = self.cache.run_once(graph, &self.sched, |g, alloc| alloc.fill_input_i32(g, "kv_deltas", &deltas));
+        if let Err(e) = shifted {
+            self.reset();
+            return Err(e.into());
+        }
         self.cell_pos[p0..p1].iter_mut().for_each(|p| *p += delta);
         Ok(())
     }
@@ -113,36 +114,6 @@ impl Engine {
         self.kv_type().row_bytes((h.n_head_kv * h.head_dim) as usize)
     }
 
-    /// Calls `f(k, v)` on the bytes of host copies of every layer's regions (row `i` at
-    /// `i * row_bytes`) and writes them back.
-    /// A failure part-way leaves layers edited and others not: the KV is then forgotten.
-    fn edit_kv(&mut self, mut f: impl FnMut(&mut [u8], &mut [u8]) -> Result<(), EngineError>) -> Result<(), EngineError> {
-        let alloc = self.cache.alloc_mut();
-        let mut all = || -> Result<(), EngineError> {
-            for layer in alloc.kv_layers() {
-                let (mut k, mut v) = alloc.copy_kv_to_cpu(layer)?;
-                f(bytemuck::cast_slice_mut(&mut k), bytemuck::cast_slice_mut(&mut v))?;
-                alloc.write_kv_from_cpu(layer, &k, &v)?;
-            }
-            Ok(())
-        };
-        let r = all();
-        if r.is_err() {
-            self.reset();
-        }
-        r
-    }
-
-    /// Makes the KV regions exist (they come with the first graph): prepares one, executes
-    /// nothing.
-    fn ensure_regions(&mut self) -> Result<(), EngineError> {
-        if self.cache.alloc().kv_layers().len() != self.model.hparams().n_layer as usize {
-            let params = self.graph_params(1, 1);
-            let model = &self.model;
-            self.cache.prepare(&params, &self.sched, |p| model.def.build_graph(p))?;
-        }
-        Ok(())
-    }
 }
 
 /// The KV of a sequence, for saving: its tokens, their positions, and every layer's first
@@ -174,17 +145,17 @@ impl KvSnapshot {
 }
 
 impl Engine {
-    /// A copy of the KV in use.
+    /// A copy of the KV in use (the first `n_past` rows of every region).
     pub fn kv_snapshot(&mut self) -> Result<KvSnapshot, EngineError> {
-        self.ensure_regions()?;
         let n = self.n_past();
         let (kv_type, rb) = (self.kv_type(), self.row_bytes());
         let alloc = self.cache.alloc_mut();
         let mut layers = Vec::new();
         for layer in alloc.kv_layers() {
-            let (k, v) = alloc.copy_kv_to_cpu(layer)?;
-            let bytes = |x: &[f32]| bytemuck::cast_slice::<f32, u8>(x)[..n * rb].to_vec();
-            layers.push((bytes(&k), bytes(&v)));
+            let (mut k, mut v) = (vec![0u8; n * rb], vec![0u8; n * rb]);
+            alloc.read_kv(layer, false, 0, &mut k)?;
+            alloc.read_kv(layer, true, 0, &mut v)?;
+            layers.push((k, v));
         }
         Ok(KvSnapshot { tokens: self.tokens.clone(), positions: self.cell_pos.clone(), kv_type, row_bytes: rb, layers })
     }
@@ -208,7 +179,6 @@ impl Engine {
         if snap.layers.len() != n_layer {
             return bad(format!("{} layers, the model has {n_layer}", snap.layers.len()));
         }
-        self.ensure_regions()?;
         let (kv_type, rb) = (self.kv_type(), self.row_bytes());
         // Everything is checked before anything is written.
         if snap.kv_type != kv_type {
@@ -217,16 +187,18 @@ impl Engine {
         if snap.row_bytes != rb || snap.layers.iter().any(|(k, v)| k.len() != n * rb || v.len() != n * rb) {
             return bad(format!("rows of {} bytes, this engine's are {rb}", snap.row_bytes));
         }
-        // The tokens are set first: if a layer fails to write, edit_kv's failure path forgets
-        // the whole KV rather than leave some layers restored.
+        let alloc = self.cache.alloc_mut();
+        let written = alloc.kv_layers().into_iter().zip(&snap.layers).try_for_each(|(layer, (ks, vs))| {
+            alloc.write_kv(layer, false, 0, ks)?;
+            alloc.write_kv(layer, true, 0, vs)
+        });
+        if let Err(e) = written {
+            // Some layers restored, others not: forget the KV rather than keep a mix.
+            self.reset();
+            return Err(e.into());
+        }
         self.tokens = snap.tokens.clone();
         self.cell_pos = snap.positions.clone();
-        let mut layers = snap.layers.iter();
-        self.edit_kv(|k, v| {
-            let (ks, vs) = layers.next().ok_or_else(|| EngineError::Kv("a layer is missing".into()))?;
-            k[..n * rb].copy_from_slice(ks);
-            v[..n * rb].copy_from_slice(vs);
-            Ok(())
-        })
+        Ok(())
     }
 }

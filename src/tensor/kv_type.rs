@@ -6,7 +6,7 @@
 //! - `q8_0`: packed Q8_0 blocks, `ceil(n_embd_kv / 32) * 34` bytes a row (3.76x smaller than
 //!   f32 for a 128-wide row).
 //!
-//! The type is part of [`CParams`](super::CParams) and of every KV node's metadata, so it is
+//! The type is part of [`CParams`](crate::graph::CParams) and of every KV node's metadata, so it is
 //! part of the graph's identity: an engine never reuses a region of another type (the
 //! allocator refuses a region of another size).
 
@@ -75,12 +75,23 @@ impl KvType {
         }
     }
 
-    /// f32 slots of a region of `n_ctx` rows (buffers are f32 pools; packed rows are bytes
-    /// inside them).
+    /// Bytes of a region of `n_ctx` rows of `width` values, rounded up to whole 4-byte words
+    /// (so a region always has an f32 view).
+    pub const fn region_bytes(self, width: usize, n_ctx: usize) -> usize {
+        (self.row_bytes(width) * n_ctx).div_ceil(4) * 4
+    }
+
+    /// 4-byte words holding a region (packed rows rounded up): the length of its f32 view.
     pub const fn region_len(self, width: usize, n_ctx: usize) -> usize {
+        self.region_bytes(width, n_ctx) / 4
+    }
+
+    /// The element type of the cells.
+    pub const fn dtype(self) -> super::DType {
         match self {
-            KvType::F32 => width * n_ctx,
-            _ => (self.row_bytes(width) * n_ctx).div_ceil(4),
+            KvType::F32 => super::DType::F32,
+            KvType::F16 => super::DType::F16,
+            KvType::Q8_0 => super::DType::Q8_0,
         }
     }
 }
@@ -98,9 +109,9 @@ mod tests {
     #[test]
     fn sizes_and_names() {
         assert_eq!(KvType::Q8_0.row_bytes(128), 136);
-        assert_eq!(KvType::Q8_0.region_len(128, 10), 340);
+        assert_eq!(KvType::Q8_0.region_bytes(128, 10), 1360);
         // q8_0 regions are 136/512 = 0.266 of f32's
-        assert!((KvType::Q8_0.region_len(128, 4096) as f64) / (KvType::F32.region_len(128, 4096) as f64) <= 0.27);
+        assert!((KvType::Q8_0.region_bytes(128, 4096) as f64) / (KvType::F32.region_bytes(128, 4096) as f64) <= 0.27);
         assert_eq!(KvType::parse("Q8_0"), Ok(KvType::Q8_0));
         assert!(KvType::parse("q4_0").is_err());
     }

@@ -28,7 +28,7 @@
 use super::dot::{DOT_STEP, dot_rows_k, fma_rows_k};
 use super::error::{OpsError, check_len, rows_of};
 use super::isa::{Isa, Kernels};
-use super::pool::Pool;
+use crate::workers::Pool;
 use super::softmax::{mask_scale, normalize_k};
 
 /// The inputs of [`attention`].

@@ -166,7 +166,7 @@ mod tests {
     use super::*;
 
     fn data(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-        crate::vec_ops::test_data(n, seed, 7, scale)
+        crate::backends::cpu::kernels::test_data(n, seed, 7, scale)
     }
 
     #[test]

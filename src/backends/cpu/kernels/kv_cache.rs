@@ -8,10 +8,10 @@
 //! stores quantized caches: [`encode_row`] / [`decode_row`] give and take the plain values.
 
 use super::attention::{AttnArgs, attention, check_store, kv_store};
-use super::pool::Pool;
+use crate::workers::Pool;
 use super::hadamard::rotate_heads;
 use super::error::{OpsError, check_len};
-use crate::graph::KvType;
+use crate::tensor::KvType;
 use crate::quants::{BlockQ8_0, F16Le, quantize_row_q8_0};
 
 fn bytes(region: &[f32]) -> &[u8] {
@@ -190,7 +190,7 @@ mod tests {
 
     #[test]
     fn rows_round_trip_within_the_format_precision() {
-        let x = crate::vec_ops::test_data(64, 3, 1, 2.0);
+        let x = crate::backends::cpu::kernels::test_data(64, 3, 1, 2.0);
         for (t, tol) in [(KvType::F32, 0.0), (KvType::F16, 2.0 / 2048.0), (KvType::Q8_0, 2.0 / 127.0)] {
             let mut b = vec![0u8; t.row_bytes(64)];
             store_row(t, &x, &mut b).unwrap();
@@ -205,8 +205,8 @@ mod tests {
     #[test]
     fn store_writes_the_named_cells_only() {
         let (w, n_ctx) = (32, 4);
-        let k = crate::vec_ops::test_data(2 * w, 1, 2, 1.0);
-        let v = crate::vec_ops::test_data(2 * w, 1, 3, 1.0);
+        let k = crate::backends::cpu::kernels::test_data(2 * w, 1, 2, 1.0);
+        let v = crate::backends::cpu::kernels::test_data(2 * w, 1, 3, 1.0);
         let t = KvType::Q8_0;
         let mut kr = vec![0.0f32; t.region_len(w, n_ctx)];
         let mut vr = kr.clone();
@@ -217,7 +217,7 @@ mod tests {
         assert!(err < 1.0 / 127.0 + 1e-6, "{err}");
         assert!(kv_store_typed((t, 32), &k, &v, &[0, 4], n_ctx, &mut kr, &mut vr).is_err());
         // 64-value heads are stored rotated; decode_row gives the plain values back
-        let x = crate::vec_ops::test_data(128, 9, 9, 1.0);
+        let x = crate::backends::cpu::kernels::test_data(128, 9, 9, 1.0);
         let mut row = vec![0u8; t.row_bytes(128)];
         encode_row(t, 64, &x, &mut row).unwrap();
         let mut plain = vec![0.0; 128];

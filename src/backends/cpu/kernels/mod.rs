@@ -26,7 +26,7 @@ pub mod get_rows;
 pub mod isa;
 pub mod matmul;
 pub mod norm;
-pub mod pool;
+
 pub mod hadamard;
 pub mod kv_cache;
 pub mod rope;
@@ -41,8 +41,8 @@ pub use error::OpsError;
 pub use get_rows::{get_rows, select_rows};
 pub use isa::Isa;
 pub use norm::{qk_norm, qk_norm_inplace, rms_norm, rms_norm_inplace};
-pub use pool::{Pool, PoolError};
-pub use rope::{RopeCache, rope_neox};
+pub use crate::workers::{Pool, PoolError};
+pub use rope::{RopeCache, RopeMode, RopeSpec, rope_ext, rope_neox};
 pub use softmax::{soft_max, soft_max_row, soft_max_row_with, soft_max_with};
 
 /// Test data for the kernels' unit tests: `n` values uniform in [-scale, scale) from a

@@ -19,9 +19,9 @@ use super::error::{OpsError, check_len};
 use super::hadamard::rotate_heads;
 use super::isa::{Isa, Kernels};
 use super::kv_cache::q8_blocks;
-use super::pool::Pool;
+use crate::workers::Pool;
 use super::softmax::{mask_scale, normalize_k};
-use crate::graph::KvType;
+use crate::tensor::KvType;
 use crate::quants::{BlockQ8_0, quantize_row_q8_0};
 
 /// Packed regions: `[n_ctx]` rows of `row_bytes` bytes, Q8_0 blocks.

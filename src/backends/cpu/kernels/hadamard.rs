@@ -59,8 +59,8 @@ mod tests {
 
     #[test]
     fn equals_the_matrix_keeps_dots_and_inverts_itself() {
-        let x = crate::vec_ops::test_data(128, 5, 1, 3.0);
-        let y = crate::vec_ops::test_data(128, 6, 2, 3.0);
+        let x = crate::backends::cpu::kernels::test_data(128, 5, 1, 3.0);
+        let y = crate::backends::cpu::kernels::test_data(128, 6, 2, 3.0);
         let (mut rx, mut ry) = (x.clone(), y.clone());
         rotate_heads(&mut rx, 128);
         rotate_heads(&mut ry, 128);

@@ -1,0 +1,85 @@
+//! Host memory for the CPU backend: zero-filled, 64-byte aligned, and **fallible** — a request
+//! the system cannot satisfy is `None`, never an abort (`Vec` aborts on allocation failure).
+//!
+//! The allocation comes from `alloc_zeroed` (calloc): large buffers are mapped lazily, so an
+//! arena reserved for the worst-case graph costs resident memory only where a graph writes.
+//! This file is the CPU backend's one FFI-like module: the `unsafe` of owning raw memory lives
+//! here and nowhere else.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ptr::NonNull;
+
+/// Byte alignment of every buffer (a cache line; AVX-512 loads of whole rows).
+pub const ALIGN: usize = 64;
+
+/// An owned, zero-initialised, 64-byte aligned byte buffer.
+pub struct HostBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: a HostBuffer owns its allocation exclusively (like `Vec<u8>`); moving it to another
+// thread moves that ownership, and `&HostBuffer` only hands out shared byte slices.
+unsafe impl Send for HostBuffer {}
+// SAFETY: as above; no interior mutability.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// `len` zero bytes, or `None` when the allocator refuses.
+    pub fn zeroed(len: usize) -> Option<HostBuffer> {
+        let layout = Layout::from_size_align(len.max(1), ALIGN).ok()?;
+        // SAFETY: `layout` has a non-zero size (at least 1 byte) and a valid power-of-two
+        // alignment; a null result is handled below.
+        let raw = unsafe { alloc_zeroed(layout) };
+        NonNull::new(raw).map(|ptr| HostBuffer { ptr, len, layout })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `layout.size() >= len` initialised (zeroed, then only written
+        // through `bytes_mut`) bytes owned by `self`, alive for the borrow of `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` guarantees the slice is the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is freed exactly once, here.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+impl std::fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostBuffer({} bytes)", self.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zeroed_aligned_and_writable() {
+        let mut b = HostBuffer::zeroed(1000).unwrap();
+        assert!(b.bytes().iter().all(|&x| x == 0));
+        assert_eq!(b.bytes().as_ptr() as usize % ALIGN, 0);
+        b.bytes_mut()[999] = 7;
+        assert_eq!(b.bytes()[999], 7);
+        assert!(HostBuffer::zeroed(0).is_some_and(|b| b.is_empty()));
+        assert!(HostBuffer::zeroed(usize::MAX / 2).is_none(), "an impossible request is refused, not an abort");
+    }
+}

@@ -1,0 +1,259 @@
+//! The CPU backend's node kernels: one function per op, mapping a node (its meta, its operand
+//! regions as bytes) onto the [`kernels`](super::kernels). Activations are token-major
+//! `[nt][d]` f32, ids and positions i32, KV regions rows of their [`KvType`].
+//!
+//! Every function here works on byte slices it was handed, so any backend that can produce
+//! host copies of its operands can run them: the test backend of `tests/` does, with
+//! [`KernelIsa::Scalar`], to prove the seam against the CPU's own results.
+
+use super::kernels::attention_q8::PackedKv;
+use super::kernels::kv_cache::{attention_dequantized, decode_row, encode_row, kv_store_typed};
+use super::kernels::matmul::{WeightMatrix, matmul, matmul_with_isa};
+use super::kernels::{self, AttnArgs, Isa, RopeCache};
+use crate::graph::{CNode, GraphError, KvType, NodeMeta, Op, RopeStyle, WeightId, WeightStore};
+use crate::quants::simd::Isa as DotIsa;
+use crate::workers::Pool;
+
+/// Which instruction set the kernels run with: results do not depend on it (every SIMD kernel
+/// has a bit-identical scalar twin), speed does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelIsa {
+    /// The best this CPU has (after the `MINFER_NO_*` levers).
+    Detected,
+    /// The scalar reference kernels.
+    Scalar,
+}
+
+/// What kernels may need besides operands.
+pub struct KernelCtx<'a> {
+    pub weights: Option<&'a WeightStore>,
+    /// `loaded[id]`: was weight `id` offered to this backend?
+    pub loaded: &'a [bool],
+    pub pool: Option<&'a Pool>,
+    pub isa: KernelIsa,
+}
+
+impl<'a> KernelCtx<'a> {
+    fn weights(&self, node: &CNode, id: WeightId) -> Result<&'a WeightStore, GraphError> {
+        let store = self.weights.ok_or_else(|| GraphError::NoModel { node: node.name.clone(), what: "the model's weights" })?;
+        match self.loaded.get(id.0 as usize) {
+            Some(true) => Ok(store),
+            _ => Err(GraphError::WeightNotLoaded {
+                node: node.name.clone(),
+                weight: store.name(id).to_string(),
+                backend: node.backend.unwrap_or(crate::graph::Backend::CPU),
+            }),
+        }
+    }
+
+    fn pool(&self, node: &CNode) -> Result<&'a Pool, GraphError> {
+        self.pool.ok_or_else(|| GraphError::NoModel { node: node.name.clone(), what: "worker threads" })
+    }
+}
+
+fn kernel<E: std::error::Error + Send + Sync + 'static>(node: &CNode) -> impl Fn(E) -> GraphError + '_ {
+    move |source| GraphError::Kernel { node: node.name.clone(), source: Box::new(source) }
+}
+
+fn wrong_meta(node: &CNode, expected: &'static str) -> GraphError {
+    GraphError::WrongMeta { node: node.name.clone(), expected, found: node.meta.kind_name() }
+}
+
+/// An f32 view of a region (4-byte aligned by the allocator's 64-byte offsets).
+pub fn f32s<'b>(node: &CNode, b: &'b [u8]) -> Result<&'b [f32], GraphError> {
+    bytemuck::try_cast_slice(b).map_err(|e| GraphError::Kernel { node: node.name.clone(), source: format!("f32 view: {e:?}").into() })
+}
+
+/// An f32 view of a mutable region.
+pub fn f32s_mut<'b>(node: &CNode, b: &'b mut [u8]) -> Result<&'b mut [f32], GraphError> {
+    bytemuck::try_cast_slice_mut(b).map_err(|e| GraphError::Kernel { node: node.name.clone(), source: format!("f32 view: {e:?}").into() })
+}
+
+/// An i32 view of a region (ids, positions).
+pub fn i32s<'b>(node: &CNode, b: &'b [u8]) -> Result<&'b [i32], GraphError> {
+    bytemuck::try_cast_slice(b).map_err(|e| GraphError::Kernel { node: node.name.clone(), source: format!("i32 view: {e:?}").into() })
+}
+
+fn norm_weight<'a>(node: &CNode, cx: &KernelCtx<'a>) -> Result<Option<&'a [f32]>, GraphError> {
+    match &node.meta {
+        NodeMeta::Norm(m) => match m.weight {
+            Some(id) => Ok(Some(cx.weights(node, id)?.vector(id)?)),
+            None => Ok(None),
+        },
+        _ => Err(wrong_meta(node, "norm")),
+    }
+}
+
+/// An operand: its own region, or `Aliased` when the allocator made it the output region
+/// itself (Silu and RoPE in place).
+#[derive(Clone, Copy)]
+pub enum Operand<'a> {
+    Buf(&'a [u8]),
+    Aliased,
+}
+
+/// Does the CPU implement this RoPE? Both styles (ggml NORM and NEOX), rotating any even
+/// `n_rot <= head_dim` of an even head (the rest copied through).
+pub fn rope_supported(node: &CNode) -> bool {
+    let ok = |m: &crate::graph::RoPEMeta| m.n_rot > 0 && m.n_rot.is_multiple_of(2) && m.n_rot <= m.head_dim && m.head_dim.is_multiple_of(2);
+    match (&node.op, &node.meta) {
+        (Op::RoPE { .. }, NodeMeta::Rope(m)) => ok(m),
+        (_, NodeMeta::KvShift(m)) => ok(&m.rope),
+        _ => false,
+    }
+}
+
+/// RoPE in place on `x` `[nt][n_head * head_dim]` at `positions`.
+fn rope_in_place(node: &CNode, x: &mut [f32], positions: &[i32], m: &crate::graph::RoPEMeta, style: RopeStyle) -> Result<(), GraphError> {
+    let mode = match style {
+        RopeStyle::NonInterleaved => kernels::RopeMode::Neox,
+        RopeStyle::Interleaved => kernels::RopeMode::Normal,
+    };
+    let spec = kernels::RopeSpec { mode, n_head: m.n_head, head_dim: m.head_dim, n_rot: m.n_rot, freq_base: m.freq_base };
+    kernels::rope_ext(x, positions, &spec).map_err(kernel(node))
+}
+
+/// Ops whose output is a function of the operand regions alone.
+pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Result<(), GraphError> {
+    let d = node.out_shape[0];
+    let count = || GraphError::OperandCount { node: node.name.clone(), expected: ins.len() + 1, got: ins.len() };
+    // In-place RoPE rotates the output region as it stands; any other op reads a snapshot.
+    if let (Op::RoPE { style }, Some(Operand::Aliased)) = (&node.op, ins.first()) {
+        let NodeMeta::Rope(m) = &node.meta else { return Err(wrong_meta(node, "rope")) };
+        let Some(Operand::Buf(pos)) = ins.get(1) else { return Err(count()) };
+        let pos = i32s(node, pos)?;
+        return rope_in_place(node, f32s_mut(node, dst)?, pos, m, *style);
+    }
+    let snapshot: Option<Vec<u8>> = ins.iter().any(|o| matches!(o, Operand::Aliased)).then(|| dst.to_vec());
+    let operand = |i: usize| -> Result<&[u8], GraphError> {
+        match ins.get(i) {
+            Some(Operand::Buf(b)) => Ok(b),
+            Some(Operand::Aliased) => Ok(snapshot.as_deref().unwrap_or(&[])),
+            None => Err(count()),
+        }
+    };
+    let f = |i: usize| operand(i).and_then(|b| f32s(node, b));
+    let isa = match cx.isa {
+        KernelIsa::Detected => Isa::detected(),
+        KernelIsa::Scalar => Isa::Scalar,
+    };
+    let out = f32s_mut(node, dst)?;
+    match &node.op {
+        Op::Add => kernels::add(f(0)?, f(1)?, out).map_err(kernel(node)),
+        Op::Mul => kernels::mul(f(0)?, f(1)?, out).map_err(kernel(node)),
+        Op::Silu => kernels::silu_with(isa, f(0)?, d, out).map_err(kernel(node)),
+        Op::SwiGLU => kernels::swiglu_with(isa, f(0)?, f(1)?, d, out).map_err(kernel(node)),
+        Op::RmsNorm { eps } => {
+            let w = norm_weight(node, cx)?;
+            kernels::rms_norm(f(0)?, w, d, *eps, out).map_err(kernel(node))
+        }
+        Op::QkNorm { hd, eps, .. } => {
+            let w = norm_weight(node, cx)?.ok_or_else(|| wrong_meta(node, "a q/k norm weight"))?;
+            kernels::qk_norm(f(0)?, w, *hd, *eps, out).map_err(kernel(node))
+        }
+        Op::MatMul => {
+            let NodeMeta::MatMul(m) = &node.meta else { return Err(wrong_meta(node, "matmul")) };
+            let store = cx.weights(node, m.weight)?;
+            let w = store.matrix(m.weight)?;
+            let bias = match m.bias {
+                Some(b) => Some(cx.weights(node, b)?.vector(b)?),
+                None => None,
+            };
+            let w = WeightMatrix { ty: w.ty, data: w.data, rows: w.rows, cols: w.cols };
+            let pool = cx.pool(node)?;
+            match cx.isa {
+                KernelIsa::Detected => matmul(pool, &w, f(0)?, bias, out).map_err(kernel(node)),
+                KernelIsa::Scalar => matmul_with_isa(pool, &w, f(0)?, bias, out, DotIsa::Scalar).map_err(kernel(node)),
+            }
+        }
+        Op::GetRows => match &node.meta {
+            // Embedding: src = [ids]; rows dequantized from the weight.
+            NodeMeta::Embed(m) => {
+                let w = cx.weights(node, m.weight)?.matrix(m.weight)?;
+                kernels::get_rows(w.ty, w.data, w.cols, i32s(node, operand(0)?)?, out).map_err(kernel(node))
+            }
+            // Tail rows: src = [x, ids].
+            _ => kernels::select_rows(f(0)?, d, i32s(node, operand(1)?)?, out).map_err(kernel(node)),
+        },
+        Op::RoPE { style } => {
+            let NodeMeta::Rope(m) = &node.meta else { return Err(wrong_meta(node, "rope")) };
+            let x = f(0)?;
+            if x.len() != out.len() {
+                return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: out.len(), got: x.len() });
+            }
+            out.copy_from_slice(x);
+            rope_in_place(node, out, i32s(node, operand(1)?)?, m, *style)
+        }
+        _ => Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() }),
+    }
+}
+
+/// Attention: src = [q, kv_load, pos]; K and V are the layer's regions.
+pub fn attention(node: &CNode, cx: &KernelCtx, q: &[u8], pos: &[u8], (k, v): (&[u8], &[u8]), dst: &mut [u8]) -> Result<(), GraphError> {
+    let NodeMeta::Attn(m) = &node.meta else { return Err(wrong_meta(node, "attn")) };
+    let (k, v) = (f32s(node, k)?, f32s(node, v)?);
+    let args = AttnArgs {
+        q: f32s(node, q)?,
+        k_cache: k,
+        v_cache: v,
+        positions: i32s(node, pos)?,
+        n_head: m.n_head,
+        n_head_kv: m.n_head_kv,
+        head_dim: m.head_dim,
+        scale: m.scale,
+    };
+    let pool = cx.pool(node)?;
+    let out = f32s_mut(node, dst)?;
+    match (m.kv_type, cx.isa) {
+        (KvType::F32, KernelIsa::Detected) => kernels::attention(pool, &args, out).map_err(kernel(node)),
+        (KvType::F32, KernelIsa::Scalar) => kernels::attention_with(Isa::Scalar, pool, &args, out).map_err(kernel(node)),
+        (KvType::Q8_0, _) if fused_q8_kv() => {
+            let kv = PackedKv { k: bytemuck::cast_slice(k), v: bytemuck::cast_slice(v) };
+            kernels::attention_q8::attention_q8(pool, &args, kv, out).map_err(kernel(node))
+        }
+        // f16, and q8_0 with MINFER_NO_FUSED_Q8_KV=1: dequantize the cells in use, then the
+        // f32 path.
+        (t, _) => attention_dequantized(pool, t, &args, (k, v), out).map_err(kernel(node)),
+    }
+}
+
+/// The packed Q8_0 KV read of attention, unless `MINFER_NO_FUSED_Q8_KV=1` asks for the
+/// dequantizing read (for A/B measurements). Read once.
+fn fused_q8_kv() -> bool {
+    static FUSED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FUSED.get_or_init(|| std::env::var("MINFER_NO_FUSED_Q8_KV").map_or(true, |v| v != "1"))
+}
+
+/// KV store: src = [k, v, pos]; writes rows `pos[t]` of the layer's K and V regions.
+pub fn kv_store(node: &CNode, (k, v, pos): (&[u8], &[u8], &[u8]), (kr, vr): (&mut [u8], &mut [u8])) -> Result<(), GraphError> {
+    let NodeMeta::Kvcache(m) = &node.meta else { return Err(wrong_meta(node, "kvcache")) };
+    let (kr, vr) = (f32s_mut(node, kr)?, f32s_mut(node, vr)?);
+    kv_store_typed((m.kv_type, m.head_dim), f32s(node, k)?, f32s(node, v)?, i32s(node, pos)?, m.n_ctx, kr, vr).map_err(kernel(node))
+}
+
+/// K-shift: src = [deltas]; every cell with a non-zero delta has its K row decoded, rotated by
+/// the delta and encoded again (rotations compose: position `p` becomes `p + delta`).
+pub fn kv_shift(node: &CNode, deltas: &[u8], kr: &mut [u8]) -> Result<(), GraphError> {
+    let NodeMeta::KvShift(m) = &node.meta else { return Err(wrong_meta(node, "kv_shift")) };
+    let deltas = i32s(node, deltas)?;
+    let (t, width, hd) = (m.kv.kv_type, m.kv.n_embd_kv, m.kv.head_dim);
+    let rb = t.row_bytes(width);
+    if deltas.len() != m.kv.n_ctx || kr.len() < rb * m.kv.n_ctx {
+        return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: m.kv.n_ctx, got: deltas.len() });
+    }
+    let mut plain = vec![0.0f32; width];
+    for (cell, &delta) in deltas.iter().enumerate().filter(|(_, d)| **d != 0) {
+        let row = &mut kr[cell * rb..(cell + 1) * rb];
+        decode_row(t, hd, row, &mut plain).map_err(kernel(node))?;
+        match (m.style, m.rope.n_rot == m.rope.head_dim) {
+            // The path the engine always took: one cos/sin table for the delta.
+            (RopeStyle::NonInterleaved, true) => {
+                let rot = RopeCache::new(&[delta], m.rope.head_dim, m.rope.freq_base).map_err(kernel(node))?;
+                rot.apply(&mut plain, m.rope.n_head).map_err(kernel(node))?;
+            }
+            (style, _) => rope_in_place(node, &mut plain, &[delta], &m.rope, style)?,
+        }
+        encode_row(t, hd, &plain, row).map_err(kernel(node))?;
+    }
+    Ok(())
+}
