@@ -258,10 +258,23 @@ impl Engine {
         }
         let registry = backends::registry();
         let fence = registry.resolve_fence(p.backends.as_deref())?;
-        let (weights, pool) = (shared.weights.clone(), shared.pool.clone());
         let mut alloc = GraphAllocator::new(registry, fence);
-        let config = BackendConfig { n_threads: pool.n_threads(), workers: Some(pool.clone()), memory_cap: p.memory_cap };
+        let config = BackendConfig { n_threads: shared.pool.n_threads(), workers: Some(shared.pool.clone()), memory_cap: p.memory_cap };
         backends::enable_all(&mut alloc, &config)?;
+        Engine::with_allocator(model, p, shared, alloc)
+    }
+
+    /// An engine over an allocator whose backends the caller enabled (tests place nodes on a
+    /// test backend this way; `p.backends` and `p.memory_cap` are the caller's business then).
+    /// Reserves the arenas and KV regions and offers each backend its weights.
+    pub fn with_allocator(model: Arc<Model>, p: &EngineParams, shared: &EngineShared, alloc: GraphAllocator) -> Result<Engine, EngineError> {
+        if p.n_ctx == 0 {
+            return Err(EngineError::ZeroContext);
+        }
+        if p.n_ubatch == 0 {
+            return Err(EngineError::ZeroUbatch);
+        }
+        let (weights, pool) = (shared.weights.clone(), shared.pool.clone());
         let cparams = CParams { n_ctx: p.n_ctx, kv_type: p.kv_type };
         let mut engine = Engine {
             model,
@@ -316,6 +329,11 @@ impl Engine {
     /// `backend`'s allocation counters (`None`: not enabled).
     pub fn memory(&self, backend: Backend) -> Option<MemoryStats> {
         self.cache.alloc().memory(backend)
+    }
+
+    /// The splits of the last graph evaluated (how the work was cut between backends).
+    pub fn splits(&self) -> &[crate::graph::Split] {
+        self.cache.alloc().splits()
     }
 
     /// The backends this engine runs on, in identity order.

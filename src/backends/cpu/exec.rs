@@ -10,7 +10,7 @@ use super::kernels::attention_q8::PackedKv;
 use super::kernels::kv_cache::{attention_dequantized, decode_row, encode_row, kv_store_typed};
 use super::kernels::matmul::{WeightMatrix, matmul, matmul_with_isa};
 use super::kernels::{self, AttnArgs, Isa, RopeCache};
-use crate::graph::{CNode, GraphError, KvType, NodeMeta, Op, RopeStyle, WeightId, WeightStore};
+use crate::graph::{CNode, GraphError, KvType, NodeMeta, Op, RopeStyle, WeightId, WeightStore, WeightView};
 use crate::quants::simd::Isa as DotIsa;
 use crate::workers::Pool;
 
@@ -24,9 +24,30 @@ pub enum KernelIsa {
     Scalar,
 }
 
+/// Where kernels read weights from: the CPU reads the model's memory map (the store); a backend
+/// that uploaded its own copies answers from them.
+pub trait Weights {
+    fn matrix(&self, id: WeightId) -> Result<WeightView<'_>, GraphError>;
+    fn vector(&self, id: WeightId) -> Result<&[f32], GraphError>;
+    /// The weight's name, for errors.
+    fn name(&self, id: WeightId) -> String;
+}
+
+impl Weights for WeightStore {
+    fn matrix(&self, id: WeightId) -> Result<WeightView<'_>, GraphError> {
+        WeightStore::matrix(self, id)
+    }
+    fn vector(&self, id: WeightId) -> Result<&[f32], GraphError> {
+        WeightStore::vector(self, id)
+    }
+    fn name(&self, id: WeightId) -> String {
+        WeightStore::name(self, id).to_string()
+    }
+}
+
 /// What kernels may need besides operands.
 pub struct KernelCtx<'a> {
-    pub weights: Option<&'a WeightStore>,
+    pub weights: Option<&'a dyn Weights>,
     /// `loaded[id]`: was weight `id` offered to this backend?
     pub loaded: &'a [bool],
     pub pool: Option<&'a Pool>,
@@ -34,13 +55,13 @@ pub struct KernelCtx<'a> {
 }
 
 impl<'a> KernelCtx<'a> {
-    fn weights(&self, node: &CNode, id: WeightId) -> Result<&'a WeightStore, GraphError> {
+    fn weights(&self, node: &CNode, id: WeightId) -> Result<&'a dyn Weights, GraphError> {
         let store = self.weights.ok_or_else(|| GraphError::NoModel { node: node.name.clone(), what: "the model's weights" })?;
         match self.loaded.get(id.0 as usize) {
             Some(true) => Ok(store),
             _ => Err(GraphError::WeightNotLoaded {
                 node: node.name.clone(),
-                weight: store.name(id).to_string(),
+                weight: store.name(id),
                 backend: node.backend.unwrap_or(crate::graph::Backend::CPU),
             }),
         }

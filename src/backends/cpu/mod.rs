@@ -170,7 +170,7 @@ impl CpuBackend {
     }
 
     fn ctx(&self) -> KernelCtx<'_> {
-        KernelCtx { weights: self.weights.as_deref(), loaded: &self.loaded, pool: self.pool.as_deref(), isa: self.isa.unwrap_or(KernelIsa::Detected) }
+        KernelCtx { weights: self.weights.as_deref().map(|w| w as &dyn exec::Weights), loaded: &self.loaded, pool: self.pool.as_deref(), isa: self.isa.unwrap_or(KernelIsa::Detected) }
     }
 
     /// Takes buffer `id` out of the table while a kernel writes it.
