@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use minfer::chat::ChatMessage;
-use minfer::generate::session::{BACKEND_CPU, Session, SessionError};
+use minfer::generate::session::{Session, SessionError};
 use minfer::generate::{AtomicWrite, DurableError, KvSnapshot, TraceError, TraceOptions, TraceRecorder};
 use minfer::gguf::GgufFile;
 use minfer::graph::KvType;
@@ -35,7 +35,6 @@ fn session(n: usize, salt: u8) -> Session {
     let rows = |k: u8| (0..n * row_bytes).map(|i| (i as u8).wrapping_mul(31).wrapping_add(k).wrapping_add(salt)).collect::<Vec<u8>>();
     Session {
         fingerprint: 0x1234_5678_9ABC_DEF0,
-        backend: BACKEND_CPU,
         keep: 2,
         kv: KvSnapshot {
             tokens: (0..n as u32).map(|t| t * 7 + u32::from(salt)).collect(),

@@ -552,7 +552,7 @@ fn cpu_buffers_are_zeroed_bounded_and_counted() {
     let b = cpu.alloc_buffer(500, BufferUsage::Kv).unwrap();
     let oom = cpu.alloc_buffer(200, BufferUsage::Kv).unwrap_err();
     assert_eq!((oom.backend, oom.requested, oom.in_use, oom.capacity), (Backend::CPU, 200, 900, Some(1000)));
-    assert_eq!(oom.to_string(), "cpu: out of memory allocating 200 bytes (900 bytes in use, cap 1000 bytes)");
+    assert_eq!(oom.to_string(), "cpu: out of memory allocating 200 bytes for a KV region (900 bytes in use, cap 1000 bytes)");
     cpu.free_buffer(b);
     cpu.free_buffer(b); // a double free is ignored
     let m = cpu.memory();

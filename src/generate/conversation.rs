@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use super::engine::{Engine, EngineError};
 use super::run::{GenerateError, GenerateParams, Generator, StopReason};
-use super::session::{BACKEND_CPU, Session, SessionError};
+use super::session::{Session, SessionError};
 use super::speculative::{SpecError, Speculator};
 use crate::chat::{ChatMessage, ChatTemplate, RenderOptions, TemplateError};
 use crate::tokenizer::Tokenizer;
@@ -197,7 +197,6 @@ impl<'t> Conversation<'t> {
     pub fn to_session(&mut self, fingerprint: u64) -> Result<Session, ConversationError> {
         Ok(Session {
             fingerprint,
-            backend: BACKEND_CPU,
             keep: self.keep,
             kv: self.engine.kv_snapshot()?,
             dropped: self.dropped.clone(),

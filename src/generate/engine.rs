@@ -150,6 +150,10 @@ fn observed_execute(
 /// Tokens per forward pass the arenas are reserved for, as llama.cpp's default `n_ubatch`.
 pub const DEFAULT_UBATCH: usize = 512;
 
+/// Logit rows per pass the reserve covers (speculative decoding verifies a few drafted tokens
+/// at once); a pass asking for more grows the arena once.
+pub const RESERVED_OUTPUTS: usize = 8;
+
 /// The number of cores, at least 1.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
@@ -295,25 +299,30 @@ impl Engine {
     }
 
     /// Reserves once: the KV regions of every layer and each backend's compute arena, sized
-    /// for the largest graph (`n_ubatch` tokens) and the decode graph; then offers each backend
+    /// for the largest graphs (`n_ubatch` tokens with one logit row and with
+    /// [`RESERVED_OUTPUTS`] rows, as speculative verification asks) and the decode graph;
+    /// then offers each backend
     /// the weights its nodes use. An allocation that does not fit fails here, before any
     /// evaluation, naming the backend and the bytes.
     fn reserve(&mut self) -> Result<(), EngineError> {
         let mut used: BTreeMap<Backend, BTreeSet<WeightId>> = BTreeMap::new();
-        for nt in [self.n_ubatch, 1] {
-            let params = self.graph_params(nt, 1);
+        let wide = self.n_ubatch.min(RESERVED_OUTPUTS);
+        let mut graphs = Vec::new();
+        for (nt, n_out) in [(self.n_ubatch, 1), (self.n_ubatch, wide), (1, 1)] {
+            let params = self.graph_params(nt, n_out);
             let mut graph = self.model.def.build_graph(&params)?;
             let alloc = self.cache.alloc_mut();
             self.sched.assign_backends(&mut graph, alloc);
             FusionPass::new().run(&mut graph, alloc);
-            alloc.reserve(&graph)?;
             for node in &graph.nodes {
                 if let Some(b) = node.backend {
                     used.entry(b).or_default().extend(node.weights());
                 }
             }
+            graphs.push(graph);
         }
         let alloc = self.cache.alloc_mut();
+        alloc.reserve(&graphs.iter().collect::<Vec<_>>())?;
         for (backend, ids) in used {
             let ids: Vec<WeightId> = ids.into_iter().collect();
             alloc.pool_mut(backend)?.load_weights(&self.weights, &ids)?;

@@ -4,13 +4,18 @@
 //! Layout (little-endian):
 //!
 //! ```text
-//! magic "MINFERKV" | version u32 | backend u32 (cpu 0, metal 1, cuda 2) | kv format u32
-//! (f32 0, f16 1, q8_0 2) | model fingerprint u64 | n_layer u32 | row bytes u32 | keep u32
+//! magic "MINFERKV" | version u32 (2) | kv format u32 (f32 0, f16 1, q8_0 2)
+//! | model fingerprint u64 | n_layer u32 | row bytes u32 | keep u32
 //! | n_tokens u32 | tokens u32[n] | positions i32[n] | n_dropped u32 | dropped u32[..]
 //! | messages: byte length u32 + JSON | per layer: K rows, V rows (n * row bytes each, as
 //! the cells store them)
 //! | checksum u64 (FNV-1a of every byte before it)
 //! ```
+//!
+//! The file records the KV *format* (cell type and row bytes), not the backend that held the
+//! cells: a session saved on one backend restores on any other whose cells have that format
+//! (the bytes are read and written through the backends' `get_tensor` / `set_tensor`).
+//! Version 1 files also carried a backend tag; they are refused as an unsupported version.
 //!
 //! Reading checks the checksum first, then every header field, before anything is restored:
 //! a file from another model, truncated, of another version or corrupted is an error and the
@@ -28,9 +33,7 @@ use crate::chat::ChatMessage;
 use crate::gguf::GgufFile;
 
 pub const MAGIC: &[u8; 8] = b"MINFERKV";
-pub const VERSION: u32 = 1;
-/// Backend id tags of the design.
-pub const BACKEND_CPU: u32 = 0;
+pub const VERSION: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -41,7 +44,7 @@ pub enum SessionError {
     Save(#[from] DurableError),
     #[error("not a minfer session file (no MINFERKV magic)")]
     NotASession,
-    #[error("session file version {found}, this minfer reads version {supported}")]
+    #[error("unsupported session version {found} (this minfer reads version {supported}): start the conversation again to save a new session")]
     Version { found: u32, supported: u32 },
     #[error("session file is truncated: {need} bytes needed, {have} present")]
     Truncated { need: usize, have: usize },
@@ -49,8 +52,6 @@ pub enum SessionError {
     Checksum { stored: u64, computed: u64 },
     #[error("the session was saved with another model (fingerprint {file:016x}, this model's is {this:016x})")]
     ModelMismatch { file: u64, this: u64 },
-    #[error("the session was saved by backend {found}; this engine's is {this}")]
-    Backend { found: u32, this: u32 },
     #[error("the session's KV cells are {found}; this engine's are {this} (use --cache-type {found})")]
     KvFormat { found: String, this: KvType },
     #[error("session file has an unknown KV format tag {0}")]
@@ -63,7 +64,6 @@ pub enum SessionError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
     pub fingerprint: u64,
-    pub backend: u32,
     pub keep: usize,
     pub kv: KvSnapshot,
     pub dropped: Vec<u32>,
@@ -157,7 +157,7 @@ impl Session {
         let kv = &self.kv;
         let mut w = Writer(Vec::new());
         w.0.extend_from_slice(MAGIC);
-        w.u32s([VERSION, self.backend, kv.kv_type.tag()]);
+        w.u32s([VERSION, kv.kv_type.tag()]);
         w.0.extend_from_slice(&self.fingerprint.to_le_bytes());
         w.len(kv.layers.len())?;
         w.len(kv.row_bytes)?;
@@ -197,7 +197,7 @@ impl Session {
             return Err(SessionError::Checksum { stored, computed });
         }
         let mut r = Reader { b: &bytes[..body_len], at: r.at };
-        let (backend, kv_format, fingerprint) = (r.u32()?, r.u32()?, r.u64()?);
+        let (kv_format, fingerprint) = (r.u32()?, r.u64()?);
         let kv_type = [KvType::F32, KvType::F16, KvType::Q8_0]
             .into_iter()
             .find(|t| t.tag() == kv_format)
@@ -225,7 +225,7 @@ impl Session {
             return Err(SessionError::Malformed(format!("{} bytes after the KV", r.b.len() - r.at)));
         }
         let kv = KvSnapshot { tokens, positions, kv_type, row_bytes, layers };
-        Ok(Session { fingerprint, backend, keep, kv, dropped, messages })
+        Ok(Session { fingerprint, keep, kv, dropped, messages })
     }
 
     /// Writes the session to `path` atomically and durably ([`super::durable`]).
@@ -251,9 +251,6 @@ impl Session {
         if self.fingerprint != fingerprint {
             return Err(SessionError::ModelMismatch { file: self.fingerprint, this: fingerprint });
         }
-        if self.backend != BACKEND_CPU {
-            return Err(SessionError::Backend { found: self.backend, this: BACKEND_CPU });
-        }
         if self.kv.kv_type != kv_type {
             return Err(SessionError::KvFormat { found: self.kv.kv_type.to_string(), this: kv_type });
         }
@@ -268,7 +265,6 @@ mod tests {
     fn sample() -> Session {
         Session {
             fingerprint: 0xABCD,
-            backend: BACKEND_CPU,
             keep: 1,
             kv: KvSnapshot {
                 tokens: vec![5, 6, 7],
@@ -299,9 +295,20 @@ mod tests {
         let mut flipped = bytes.clone();
         flipped[40] ^= 1;
         assert!(matches!(Session::decode(&flipped), Err(SessionError::Checksum { .. })));
-        let mut v2 = bytes.clone();
-        v2[8] = 2;
-        assert!(matches!(Session::decode(&v2), Err(SessionError::Version { found: 2, .. })));
+        let mut v3 = bytes.clone();
+        v3[8] = 3;
+        assert!(matches!(Session::decode(&v3), Err(SessionError::Version { found: 3, .. })));
+        // A version 1 file, as minfer wrote it before the backend seam (a backend tag after
+        // the version): refused by its version, with a message that says so.
+        let mut v1 = MAGIC.to_vec();
+        for word in [1u32, 0, 0] {
+            v1.extend_from_slice(&word.to_le_bytes());
+        }
+        v1.extend_from_slice(&0xABCDu64.to_le_bytes());
+        v1.extend_from_slice(&[0u8; 32]);
+        let err = Session::decode(&v1).unwrap_err();
+        assert!(matches!(err, SessionError::Version { found: 1, supported: 2 }), "{err}");
+        assert!(err.to_string().starts_with("unsupported session version 1"), "{err}");
         assert!(matches!(sample().check_compatible(1, KvType::Q8_0), Err(SessionError::ModelMismatch { .. })));
         assert!(matches!(sample().check_compatible(0xABCD, KvType::F32), Err(SessionError::KvFormat { .. })));
         assert!(sample().check_compatible(0xABCD, KvType::Q8_0).is_ok());

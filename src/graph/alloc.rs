@@ -172,12 +172,20 @@ impl GraphAllocator {
         self.plan = None;
     }
 
-    /// Sizes the arenas (and creates the KV regions) for `graph` without installing a plan:
-    /// the reserve of the worst-case graph. Arenas only grow.
-    pub fn reserve(&mut self, graph: &ComputeGraph) -> Result<(), GraphError> {
-        let layout = self.layout(graph)?;
-        self.ensure_kv_of(graph, &layout)?;
-        self.ensure_arenas(&layout)
+    /// Sizes the arenas (and creates the KV regions) for `graphs` without installing a plan:
+    /// the reserve of the worst-case graphs. Each arena gets the largest size any of them
+    /// needs, in one allocation. Arenas only grow.
+    pub fn reserve(&mut self, graphs: &[&ComputeGraph]) -> Result<(), GraphError> {
+        let mut need = Layout::default();
+        for graph in graphs {
+            let layout = self.layout(graph)?;
+            self.ensure_kv_of(graph, &layout)?;
+            for (&b, &bytes) in &layout.arena_bytes {
+                let e = need.arena_bytes.entry(b).or_default();
+                *e = (*e).max(bytes);
+            }
+        }
+        self.ensure_arenas(&need)
     }
 
     /// Plans `graph` into the arenas and installs the plan. Every live node must have a

@@ -83,13 +83,24 @@ pub enum BufferUsage {
     Kv,
 }
 
+impl BufferUsage {
+    /// For messages: "the compute arena", "a KV region".
+    pub const fn what(self) -> &'static str {
+        match self {
+            BufferUsage::Compute => "the compute arena",
+            BufferUsage::Kv => "a KV region",
+        }
+    }
+}
+
 /// A backend could not allocate: which backend, how many bytes were asked, how many it holds
 /// and, when it has one, its cap.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{backend}: out of memory allocating {requested} bytes ({in_use} bytes in use{})", match .capacity { Some(c) => format!(", cap {c} bytes"), None => String::new() })]
+#[error("{backend}: out of memory allocating {requested} bytes for {} ({in_use} bytes in use{})", .usage.what(), match .capacity { Some(c) => format!(", cap {c} bytes"), None => String::new() })]
 pub struct OutOfMemory {
     pub backend: Backend,
     pub requested: usize,
+    pub usage: BufferUsage,
     pub in_use: usize,
     pub capacity: Option<usize>,
 }

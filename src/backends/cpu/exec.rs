@@ -11,7 +11,6 @@ use super::kernels::kv_cache::{attention_dequantized, decode_row, encode_row, kv
 use super::kernels::matmul::{WeightMatrix, matmul, matmul_with_isa};
 use super::kernels::{self, AttnArgs, Isa, RopeCache};
 use crate::graph::{CNode, GraphError, KvType, NodeMeta, Op, RopeStyle, WeightId, WeightStore, WeightView};
-use crate::quants::simd::Isa as DotIsa;
 use crate::workers::Pool;
 
 /// Which instruction set the kernels run with: results do not depend on it (every SIMD kernel
@@ -184,7 +183,7 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
             let pool = cx.pool(node)?;
             match cx.isa {
                 KernelIsa::Detected => matmul(pool, &w, f(0)?, bias, out).map_err(kernel(node)),
-                KernelIsa::Scalar => matmul_with_isa(pool, &w, f(0)?, bias, out, DotIsa::Scalar).map_err(kernel(node)),
+                KernelIsa::Scalar => matmul_with_isa(pool, &w, f(0)?, bias, out, Isa::Scalar).map_err(kernel(node)),
             }
         }
         Op::GetRows => match &node.meta {

@@ -287,8 +287,8 @@ impl BackendImpl for CpuBackend {
         buffer::ALIGN
     }
 
-    fn alloc_buffer(&mut self, bytes: usize, _usage: BufferUsage) -> Result<BufferId, OutOfMemory> {
-        let oom = OutOfMemory { backend: Backend::CPU, requested: bytes, in_use: self.stats.bytes_in_use, capacity: self.cap };
+    fn alloc_buffer(&mut self, bytes: usize, usage: BufferUsage) -> Result<BufferId, OutOfMemory> {
+        let oom = OutOfMemory { backend: Backend::CPU, requested: bytes, usage, in_use: self.stats.bytes_in_use, capacity: self.cap };
         if self.cap.is_some_and(|cap| self.stats.bytes_in_use.saturating_add(bytes) > cap) {
             return Err(oom);
         }

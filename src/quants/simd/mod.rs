@@ -76,7 +76,7 @@ mod x86_avx512_fill;
 mod x86_avx512_gemm;
 
 /// An instruction set minfer has dot-product kernels for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Isa {
     /// The scalar reference dots (ggml's generic order); runs everywhere.
     Scalar,
