@@ -406,6 +406,9 @@ fn cparams_are_part_of_the_reuse_identity() {
     let mut q8 = p;
     q8.cparams.kv_type = minfer::graph::KvType::Q8_0;
     assert!(!cache.try_reuse(&q8), "another KV type is another graph");
+    let mut device = p;
+    device.cparams.gpu = true;
+    assert!(!cache.try_reuse(&device), "a device taking part is another graph");
     let mut reloaded = p;
     reloaded.weights_version += 1;
     assert!(!cache.try_reuse(&reloaded));

@@ -19,7 +19,8 @@ pub struct EngineArgs {
     /// than the prompt).
     #[arg(long = "ctx")]
     pub ctx: Option<usize>,
-    /// Prefill in chunks of at most N tokens (default: the whole prompt at once).
+    /// Most tokens per forward pass (llama.cpp's n_ubatch, default 512): the compute memory is
+    /// reserved for it once, and longer prompts are evaluated in chunks of N.
     #[arg(long = "ubatch", value_parser = clap::value_parser!(u32).range(1..))]
     pub ubatch_arg: Option<u32>,
     /// Backends allowed to run nodes, comma-separated (cpu, metal, cuda); default: all usable

@@ -279,7 +279,8 @@ impl Engine {
             return Err(EngineError::ZeroUbatch);
         }
         let (weights, pool) = (shared.weights.clone(), shared.pool.clone());
-        let cparams = CParams { n_ctx: p.n_ctx, kv_type: p.kv_type };
+        let gpu = alloc.backends().iter().any(|&b| b != Backend::CPU);
+        let cparams = CParams { n_ctx: p.n_ctx, gpu, kv_type: p.kv_type };
         let mut engine = Engine {
             model,
             weights,

@@ -29,6 +29,10 @@ impl GraphType {
 pub struct CParams {
     /// Rows of every persistent KV region.
     pub n_ctx: usize,
+    /// Whether a device backend (not the CPU) takes part: assignment is part of the topology,
+    /// so a run that gains or loses a device must not reuse a graph planned without it. Set by
+    /// the engine from the backends it enabled.
+    pub gpu: bool,
     /// Storage of the KV cells.
     pub kv_type: super::KvType,
 }
