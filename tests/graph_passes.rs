@@ -413,3 +413,19 @@ fn trace_report_lists_splits_and_census() {
     alloc.release();
     assert!(trace_report(&g, &splits, &alloc).contains("dead (skipped) x3"));
 }
+
+#[test]
+fn a_node_orphaned_by_fusion_neither_cuts_a_split_nor_asks_for_a_copy() {
+    let (mut g, silu, mul) = ffn_graph(true);
+    assign_all(&mut g, Backend::CPU);
+    // The Silu claimed by a device, the Mul (and so the fused SwiGLU) on the CPU.
+    g.nodes[silu].backend = Some(Backend::METAL);
+    let mut alloc = two_device_alloc(BackendFence::all());
+    assert_eq!(FusionPass::new().run(&mut g, &alloc), 1);
+    let splits = BackendScheduler::with_trace(false).split_graph(&g).unwrap();
+    assert_eq!(splits.len(), 1, "{splits:?}");
+    assert!(splits[0].inputs.is_empty() && splits[0].backend == Backend::CPU);
+    alloc.alloc_graph(&g).unwrap();
+    assert_eq!(alloc.arena_bytes(Backend::METAL), 0, "no staging region for a dead node");
+    assert!(alloc.node_tensor(silu).is_none() && alloc.node_tensor(mul).is_some());
+}

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::trace::TraceRecorder;
 use crate::backends;
 use crate::graph::{
-    Backend, BackendConfig, BackendScheduler, CParams, ComputeGraph, FusionPass, GraphAllocator, GraphCache, GraphError, GraphParams,
+    ArenaNeed, Backend, BackendConfig, BackendScheduler, CParams, ComputeGraph, FusionPass, GraphAllocator, GraphCache, GraphError, GraphParams,
     GraphType, KvType, MemoryStats, Prepared, WeightId, WeightStore,
 };
 use crate::models::Model;
@@ -308,7 +308,8 @@ impl Engine {
     fn reserve(&mut self) -> Result<(), EngineError> {
         let mut used: BTreeMap<Backend, BTreeSet<WeightId>> = BTreeMap::new();
         let wide = self.n_ubatch.min(RESERVED_OUTPUTS);
-        let mut graphs = Vec::new();
+        let mut need = ArenaNeed::default();
+        // Built, planned and dropped one at a time.
         for (nt, n_out) in [(self.n_ubatch, 1), (self.n_ubatch, wide), (1, 1)] {
             let params = self.graph_params(nt, n_out);
             let mut graph = self.model.def.build_graph(&params)?;
@@ -320,10 +321,10 @@ impl Engine {
                     used.entry(b).or_default().extend(node.weights());
                 }
             }
-            graphs.push(graph);
+            alloc.reserve_graph(&graph, &mut need)?;
         }
         let alloc = self.cache.alloc_mut();
-        alloc.reserve(&graphs.iter().collect::<Vec<_>>())?;
+        alloc.reserve_arenas(&need)?;
         for (backend, ids) in used {
             let ids: Vec<WeightId> = ids.into_iter().collect();
             alloc.pool_mut(backend)?.load_weights(&self.weights, &ids)?;

@@ -49,7 +49,13 @@ struct Plan {
     cross: BTreeMap<(NodeId, Backend), TensorRef>,
     splits: Vec<Split>,
     work: Vec<Vec<NodeWork>>,
+    /// Arena bytes this graph uses per backend (its high-water mark).
+    arena_used: BTreeMap<Backend, usize>,
 }
+
+/// The arena bytes per backend a reserve has recorded so far.
+#[derive(Debug, Clone, Default)]
+pub struct ArenaNeed(pub BTreeMap<Backend, usize>);
 
 /// Owner of the arenas, the KV regions and the current plan; holds one pool per enabled
 /// backend, in identity order.
@@ -176,16 +182,28 @@ impl GraphAllocator {
     /// the reserve of the worst-case graphs. Each arena gets the largest size any of them
     /// needs, in one allocation. Arenas only grow.
     pub fn reserve(&mut self, graphs: &[&ComputeGraph]) -> Result<(), GraphError> {
-        let mut need = Layout::default();
+        let mut need = ArenaNeed::default();
         for graph in graphs {
-            let layout = self.layout(graph)?;
-            self.ensure_kv_of(graph, &layout)?;
-            for (&b, &bytes) in &layout.arena_bytes {
-                let e = need.arena_bytes.entry(b).or_default();
-                *e = (*e).max(bytes);
-            }
+            self.reserve_graph(graph, &mut need)?;
         }
-        self.ensure_arenas(&need)
+        self.reserve_arenas(&need)
+    }
+
+    /// One graph of a reserve: creates its KV regions and records the arena bytes it needs
+    /// (a caller may build each graph on demand and drop it once recorded).
+    pub fn reserve_graph(&mut self, graph: &ComputeGraph, need: &mut ArenaNeed) -> Result<(), GraphError> {
+        let layout = self.layout(graph)?;
+        self.ensure_kv_of(graph, &layout)?;
+        for (&b, &bytes) in &layout.arena_bytes {
+            let e = need.0.entry(b).or_default();
+            *e = (*e).max(bytes);
+        }
+        Ok(())
+    }
+
+    /// Ends a reserve: each arena grows (once) to what the recorded graphs need.
+    pub fn reserve_arenas(&mut self, need: &ArenaNeed) -> Result<(), GraphError> {
+        self.ensure_arenas(&Layout { arena_bytes: need.0.clone(), ..Layout::default() })
     }
 
     /// Plans `graph` into the arenas and installs the plan. Every live node must have a
@@ -212,8 +230,24 @@ impl GraphAllocator {
         plan_layout(graph, |b| self.pool(b).map_or(64, |p| p.alignment()))
     }
 
-    /// Creates the KV regions the graph's KV-bound nodes name, on their backends.
+    /// Creates the KV regions the graph's KV-bound nodes name, on their backends, and checks
+    /// that every node reading a layer's regions (attention too) runs where they live — at
+    /// plan time, not at the first evaluation.
     fn ensure_kv_of(&mut self, graph: &ComputeGraph, layout: &Layout) -> Result<(), GraphError> {
+        self.ensure_kv_regions(graph, layout)?;
+        let live = graph.live_mask();
+        for node in graph.nodes.iter().filter(|n| live[n.id]) {
+            let (Some(layer), Some(backend)) = (node.kv_layer(), node.backend) else { continue };
+            if let Some(pair) = self.kv_pair(layer)
+                && pair.k.backend() != backend
+            {
+                return Err(GraphError::KvBackendMismatch { node: node.name.clone(), layer, node_backend: backend, kv_backend: pair.k.backend() });
+            }
+        }
+        Ok(())
+    }
+
+    fn ensure_kv_regions(&mut self, graph: &ComputeGraph, layout: &Layout) -> Result<(), GraphError> {
         for (node, slot) in graph.nodes.iter().zip(&layout.slots) {
             let (Some(Slot::Kv { layer }), Some(backend)) = (slot, node.backend) else { continue };
             let meta = match &node.meta {
@@ -319,7 +353,7 @@ impl GraphAllocator {
             }
             work.push(items);
         }
-        Ok(Plan { nodes: graph.nodes.len(), tensors, cross, splits: layout.splits, work })
+        Ok(Plan { nodes: graph.nodes.len(), tensors, cross, splits: layout.splits, work, arena_used: layout.arena_bytes })
     }
 
     /// The layer's K and V regions (`bytes` each, cells of `dtype`), created zero-filled on
@@ -380,6 +414,12 @@ impl GraphAllocator {
     /// The staging copy of node `id` on `backend`, if the plan has one.
     pub fn cross_tensor(&self, id: NodeId, backend: Backend) -> Option<TensorRef> {
         self.plan.as_ref()?.cross.get(&(id, backend)).copied()
+    }
+
+    /// The arena bytes the current plan uses on `backend` (of [`arena_bytes`](Self::arena_bytes)
+    /// reserved).
+    pub fn arena_used(&self, backend: Backend) -> usize {
+        self.plan.as_ref().and_then(|p| p.arena_used.get(&backend)).copied().unwrap_or(0)
     }
 
     /// The current plan's splits.
@@ -477,7 +517,12 @@ impl GraphAllocator {
         if t.dtype != DType::F32 {
             return Err(GraphError::TensorDType { what: "a host f32 copy", dtype: t.dtype });
         }
-        Ok(words(&self.read_tensor(t)?))
+        // Read straight into the f32 vector (the logits are the largest read of every step).
+        let pool = self.pool_mut(t.backend())?;
+        pool.synchronize()?;
+        let mut out = vec![0.0f32; t.bytes / 4];
+        pool.get_tensor(t, 0, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
     }
 
     /// Node `id`'s value as 4-byte words for observers: f32 values, i32 values as their bit

@@ -41,7 +41,7 @@ pub mod weights;
 
 use std::collections::VecDeque;
 
-pub use alloc::GraphAllocator;
+pub use alloc::{ArenaNeed, GraphAllocator};
 pub use backend::{BackendImpl, BufRef, BufferId, BufferUsage, KvPair, KvProvider, MemoryStats, NodeWork, OutOfMemory, SplitWork, TensorRef};
 pub use builder::{GraphBuilder, NodeSpec};
 pub use cache::{GraphCache, Prepared};

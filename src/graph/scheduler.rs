@@ -64,14 +64,22 @@ impl BackendScheduler {
     /// Assignment is total: a node nobody claims lands on the CPU, whose `compute` then refuses
     /// it by name — never a silent fallback at run time. Explicit assignments are kept. Each
     /// node is decided on its own, in priority order from the registry.
-    /// A node bound to a KV region that already exists goes where that region lives.
+    ///
+    /// A layer's KV regions and everything that reads or writes them share a backend (the
+    /// design's scheduler policy 1): a node with a KV layer (store, load, shift, attention)
+    /// goes where that layer's regions live, or, before they exist, where the layer's first
+    /// KV node of this graph went.
     pub fn assign_backends(&self, graph: &mut ComputeGraph, alloc: &GraphAllocator) {
-        for node in graph.nodes.iter_mut().filter(|n| n.backend.is_none()) {
-            let kv_home = match node.op.binds_kv_region() {
-                true => node.kv_layer().and_then(|l| alloc.kv_pair(l)).map(|p| p.k.backend()),
-                false => None,
-            };
-            node.backend = Some(kv_home.or_else(|| alloc.supports_for(node)).unwrap_or(Backend::CPU));
+        let mut kv_home: BTreeMap<usize, Backend> = BTreeMap::new();
+        for node in graph.nodes.iter_mut() {
+            let layer = node.kv_layer();
+            if node.backend.is_none() {
+                let home = layer.and_then(|l| alloc.kv_pair(l).map(|p| p.k.backend()).or_else(|| kv_home.get(&l).copied()));
+                node.backend = Some(home.or_else(|| alloc.supports_for(node)).unwrap_or(Backend::CPU));
+            }
+            if let (Some(l), Some(b)) = (layer, node.backend) {
+                kv_home.entry(l).or_insert(b);
+            }
         }
     }
 
@@ -126,13 +134,22 @@ impl BackendScheduler {
     }
 }
 
-/// Cuts the graph into splits wherever the assigned backend changes, and derives the
-/// cross-backend edges.
+/// Cuts the graph into splits wherever the backend of a live node changes, and derives the
+/// cross-backend edges between live nodes. A dead node (orphaned by fusion: it gets no buffer
+/// and never runs) joins the split it stands in, so it neither cuts a split nor asks for a copy.
 pub fn split_graph(graph: &ComputeGraph) -> Result<Vec<Split>, GraphError> {
+    let live = graph.live_mask();
     let backend_of = |node: &CNode| node.backend.ok_or_else(|| GraphError::Unassigned { node: node.name.clone() });
     let mut splits: Vec<Split> = Vec::new();
     let mut split_of = vec![0usize; graph.nodes.len()];
     for node in &graph.nodes {
+        if !live[node.id]
+            && let Some(s) = splits.last_mut()
+        {
+            s.node_range.1 = node.id + 1;
+            split_of[node.id] = splits.len() - 1;
+            continue;
+        }
         let backend = backend_of(node)?;
         match splits.last_mut() {
             Some(s) if s.backend == backend => s.node_range.1 = node.id + 1,
@@ -140,7 +157,7 @@ pub fn split_graph(graph: &ComputeGraph) -> Result<Vec<Split>, GraphError> {
         }
         split_of[node.id] = splits.len() - 1;
     }
-    for node in &graph.nodes {
+    for node in graph.nodes.iter().filter(|n| live[n.id]) {
         let here = split_of[node.id];
         for &src in &node.src {
             let producer = graph.nodes.get(src).ok_or_else(|| GraphError::DanglingSrc {
@@ -191,6 +208,9 @@ pub fn trace_report(graph: &ComputeGraph, splits: &[Split], alloc: &GraphAllocat
             (true, Some(b)) => *census.entry((node.op.name(), b)).or_default() += 1,
             _ => dead += 1,
         }
+    }
+    for b in alloc.backends() {
+        let _ = writeln!(out, "  arena {b}: {} bytes used of {} reserved", alloc.arena_used(b), alloc.arena_bytes(b));
     }
     let _ = writeln!(out, "  census:");
     for ((op, backend), count) in &census {

@@ -1,18 +1,25 @@
-//! Host memory for the CPU backend: zero-filled, 64-byte aligned, and **fallible** — a request
+//! Host memory for the CPU backend: zero-filled, 16-byte aligned, and **fallible** — a request
 //! the system cannot satisfy is `None`, never an abort (`Vec` aborts on allocation failure).
 //!
-//! The allocation comes from `alloc_zeroed` (calloc): large buffers are mapped lazily, so an
-//! arena reserved for the worst-case graph costs resident memory only where a graph writes.
+//! The allocation comes from `alloc_zeroed` with the allocator's natural alignment, which the
+//! system allocator serves with `calloc`: large buffers are mapped lazily, so an arena reserved
+//! for the worst-case graph, or a KV region for the whole context, costs resident memory only
+//! where something writes. (A larger alignment would make `alloc_zeroed` an aligned allocation
+//! followed by a `memset` that touches every page: the 0.5B model's 4096-token KV alone is
+//! 96 MiB.) Regions inside a buffer sit at multiples of [`ALIGN`] from its start.
 //! This file is the CPU backend's one FFI-like module: the `unsafe` of owning raw memory lives
 //! here and nowhere else.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 
-/// Byte alignment of every buffer (a cache line; AVX-512 loads of whole rows).
+/// Byte alignment of the regions inside a buffer (offsets the planner hands out).
 pub const ALIGN: usize = 64;
 
-/// An owned, zero-initialised, 64-byte aligned byte buffer.
+/// Byte alignment of a buffer's start: what `calloc` guarantees on 64-bit targets.
+pub const BASE_ALIGN: usize = 16;
+
+/// An owned, zero-initialised, 16-byte aligned byte buffer.
 pub struct HostBuffer {
     ptr: NonNull<u8>,
     len: usize,
@@ -28,7 +35,7 @@ unsafe impl Sync for HostBuffer {}
 impl HostBuffer {
     /// `len` zero bytes, or `None` when the allocator refuses.
     pub fn zeroed(len: usize) -> Option<HostBuffer> {
-        let layout = Layout::from_size_align(len.max(1), ALIGN).ok()?;
+        let layout = Layout::from_size_align(len.max(1), BASE_ALIGN).ok()?;
         // SAFETY: `layout` has a non-zero size (at least 1 byte) and a valid power-of-two
         // alignment; a null result is handled below.
         let raw = unsafe { alloc_zeroed(layout) };
@@ -76,7 +83,7 @@ mod tests {
     fn zeroed_aligned_and_writable() {
         let mut b = HostBuffer::zeroed(1000).unwrap();
         assert!(b.bytes().iter().all(|&x| x == 0));
-        assert_eq!(b.bytes().as_ptr() as usize % ALIGN, 0);
+        assert_eq!(b.bytes().as_ptr() as usize % BASE_ALIGN, 0);
         b.bytes_mut()[999] = 7;
         assert_eq!(b.bytes()[999], 7);
         assert!(HostBuffer::zeroed(0).is_some_and(|b| b.is_empty()));

@@ -3,8 +3,8 @@
 //! `[nt][d]` f32, ids and positions i32, KV regions rows of their [`KvType`].
 //!
 //! Every function here works on byte slices it was handed, so any backend that can produce
-//! host copies of its operands can run them: the test backend of `tests/` does, with
-//! [`KernelIsa::Scalar`], to prove the seam against the CPU's own results.
+//! host copies of its operands can run them: the test backend of `tests/` does, to prove the
+//! seam against the CPU's own results (with the same [`KernelIsa`] on both sides).
 
 use super::kernels::attention_q8::PackedKv;
 use super::kernels::kv_cache::{attention_dequantized, decode_row, encode_row, kv_store_typed};
@@ -13,8 +13,12 @@ use super::kernels::{self, AttnArgs, Isa, RopeCache};
 use crate::graph::{CNode, GraphError, KvType, NodeMeta, Op, RopeStyle, WeightId, WeightStore, WeightView};
 use crate::workers::Pool;
 
-/// Which instruction set the kernels run with: results do not depend on it (every SIMD kernel
-/// has a bit-identical scalar twin), speed does.
+/// Which instruction set the kernels run with. The element-wise kernels, norms, RoPE, softmax
+/// and attention have SIMD paths bit-identical to their scalar twins. The quantized dots do
+/// not: on x86 they reproduce ggml's x86 summation order (what llama.cpp's reference data
+/// comes from), while the scalar dots keep ggml's generic order, so a matmul differs in the
+/// last bits between the two (within a few roundings; `tests/matmul_real.rs` bounds it).
+/// `Scalar` is ggml's generic CPU build; `Detected` is the build the reference data matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelIsa {
     /// The best this CPU has (after the `MINFER_NO_*` levers).
