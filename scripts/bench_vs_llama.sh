@@ -2,7 +2,10 @@
 # minfer vs llama.cpp's llama-bench on the same model and threads, alternating, with ratios.
 #
 # Usage: scripts/bench_vs_llama.sh [MODEL] [-t THREADS] [-p N_PROMPT] [-n N_GEN] [-r REPS] [--rounds K]
+#                                  [--minfer BIN]...
 #   defaults: models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf, 2 threads, pp512, tg128, 3 reps, 2 rounds.
+#   --minfer BIN (repeatable) benchmarks those minfer binaries instead of this checkout's build,
+#   each in every round after llama-bench (e.g. a build of the previous commit, then HEAD).
 #
 # llama-bench is built once from the llama-cpp-python==0.3.36 source package (PyPI) with its
 # bundled llama.cpp: GGML_NATIVE=OFF, AVX2/AVX-512/VNNI on, every GGML_AMX_* off (a native build
@@ -14,7 +17,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${MINFER_LLAMA_CACHE:-$HOME/.cache/minfer-llama}"
 model="$repo/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-threads=2 n_prompt=512 n_gen=128 reps=3 rounds=2
+threads=2 n_prompt=512 n_gen=128 reps=3 rounds=2 bins=()
 die() { echo "bench_vs_llama.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -23,7 +26,8 @@ while [ $# -gt 0 ]; do
         -n) n_gen="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
         --rounds) rounds="$2"; shift 2 ;;
-        -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --minfer) bins+=("$2"); shift 2 ;;
+        -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) die "unknown option $1" ;;
         *) model="$1"; shift ;;
     esac
@@ -59,18 +63,23 @@ if [ ! -x "$bench" ]; then
         -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF >"$cache/cmake.log"
     make -C "$cache/build" -j"$(nproc)" llama-bench >"$cache/make.log"
 fi
-(cd "$repo" && cargo build --release --quiet)
-minfer="$repo/target/release/minfer"
+if [ ${#bins[@]} -eq 0 ]; then
+    (cd "$repo" && cargo build --release --quiet)
+    bins=("$repo/target/release/minfer")
+fi
+for b in "${bins[@]}"; do [ -x "$b" ] || die "--minfer $b is not an executable"; done
 
 out="$(mktemp -d)"
 for round in $(seq 1 "$rounds"); do
     echo "bench_vs_llama.sh: round $round/$rounds" >&2
     "$bench" -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json >"$out/llama-$round.json" 2>/dev/null
-    "$minfer" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json >"$out/minfer-$round.json"
+    for i in "${!bins[@]}"; do
+        "${bins[$i]}" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json >"$out/minfer$i-$round.json"
+    done
 done
-python3 - "$out" "$rounds" "$model" "$threads" <<'PY'
+python3 - "$out" "$rounds" "$model" "$threads" "${bins[@]}" <<'PY'
 import json, os, statistics, sys
-out, rounds, model, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+out, rounds, model, threads, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
 def tests(engine):
     res = {}
     for r in range(1, rounds + 1):
@@ -78,12 +87,20 @@ def tests(engine):
             name = f"pp{row['n_prompt']}" if row["n_gen"] == 0 else f"tg{row['n_gen']}"
             res.setdefault(name, []).append(row["avg_ts"])
     return res
-ll, mf = tests("llama"), tests("minfer")
+ll = tests("llama")
+mfs = [tests(f"minfer{i}") for i in range(len(bins))]
 print(f"model {os.path.basename(model)}, {threads} threads, median of {rounds} alternating rounds")
-print("| test | llama.cpp t/s | minfer t/s | minfer / llama.cpp |")
-print("| --- | ---: | ---: | ---: |")
+for i, b in enumerate(bins):
+    print(f"minfer{'' if len(bins) == 1 else f' #{i + 1}'}: {b}")
+heads = [f"minfer{'' if len(bins) == 1 else f' #{i + 1}'}" for i in range(len(bins))]
+print("| test | llama.cpp t/s | " + " | ".join(f"{h} t/s | {h} / llama.cpp" for h in heads) + " |")
+print("| --- | ---: | " + " | ".join("---: | ---:" for _ in heads) + " |")
 for name in ll:
-    a, b = statistics.median(ll[name]), statistics.median(mf.get(name, [float("nan")]))
-    print(f"| {name} | {a:.2f} | {b:.2f} | {b / a:.2f}x |")
+    a = statistics.median(ll[name])
+    cells = []
+    for mf in mfs:
+        b = statistics.median(mf.get(name, [float("nan")]))
+        cells.append(f"{b:.2f} | {b / a:.2f}x")
+    print(f"| {name} | {a:.2f} | " + " | ".join(cells) + " |")
 PY
 rm -rf "$out"
