@@ -164,7 +164,8 @@ impl Op {
             Op::KvcacheStore { .. } => OpTraits::new("kv_store", K::Kv).side_effect().binds_kv(),
             Op::KvcacheLoad { .. } => OpTraits::new("kv_load", K::Kv).binds_kv(),
             Op::KvShift { .. } => OpTraits::new("kv_shift", K::Kv).side_effect().binds_kv(),
-            Op::SwiGLU => OpTraits::new("swiglu", K::Elementwise).elementwise(),
+            // In place over its gate: the fused FFN needs no third n_ff-wide buffer.
+            Op::SwiGLU => OpTraits::new("swiglu", K::Elementwise).elementwise().in_place(),
         }
     }
 

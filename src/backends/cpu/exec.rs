@@ -148,6 +148,15 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
         let pos = i32s(node, pos)?;
         return rope_in_place(node, f32s_mut(node, dst)?, pos, m, *style);
     }
+    // In-place SwiGLU (the fused output over its gate): row by row, no snapshot.
+    if let (Op::SwiGLU, Some(Operand::Aliased), Some(Operand::Buf(up))) = (&node.op, ins.first(), ins.get(1)) {
+        let isa = match cx.isa {
+            KernelIsa::Detected => Isa::detected(),
+            KernelIsa::Scalar => Isa::Scalar,
+        };
+        let up = f32s(node, up)?;
+        return kernels::swiglu_inplace_with(isa, f32s_mut(node, dst)?, up, node.out_shape[0]).map_err(kernel(node));
+    }
     let snapshot: Option<Vec<u8>> = ins.iter().any(|o| matches!(o, Operand::Aliased)).then(|| dst.to_vec());
     let operand = |i: usize| -> Result<&[u8], GraphError> {
         match ins.get(i) {

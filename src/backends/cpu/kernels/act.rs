@@ -115,6 +115,21 @@ pub fn swiglu_with(
     Ok(())
 }
 
+/// [`swiglu_with`] writing over `gate` (the allocator aliases the fused output onto its gate
+/// when the SwiGLU is the gate's only reader): each row is copied once to a scratch row, so the
+/// bits are those of the out-of-place kernel.
+pub fn swiglu_inplace_with(isa: Isa, gate: &mut [f32], up: &[f32], d: usize) -> Result<(), OpsError> {
+    rows_of("swiglu gate", gate.len(), d)?;
+    check_len("swiglu up", gate.len(), up.len())?;
+    let k = isa.kernels();
+    let mut row = vec![0.0f32; d];
+    for (yr, ur) in gate.chunks_exact_mut(d).zip(up.chunks_exact(d)) {
+        row.copy_from_slice(yr);
+        swiglu_row(k, &row, ur, yr);
+    }
+    Ok(())
+}
+
 /// `ggml_vec_silu_f32` on one row.
 fn silu_row(k: Kernels, x: &[f32], y: &mut [f32]) {
     let done = match k {

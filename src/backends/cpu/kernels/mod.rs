@@ -34,7 +34,7 @@ pub mod rope;
 mod simd_x86;
 pub mod softmax;
 
-pub use act::{add, add_inplace, mul, mul_inplace, silu, silu_with, swiglu, swiglu_with};
+pub use act::{add, add_inplace, mul, mul_inplace, silu, silu_with, swiglu, swiglu_inplace_with, swiglu_with};
 pub use attention::{AttnArgs, attention, attention_with, kv_store};
 pub use dot::{dot_f32, dot_f32_with};
 pub use error::OpsError;
