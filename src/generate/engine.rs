@@ -296,6 +296,7 @@ impl Engine {
             tracer: None,
         };
         engine.reserve()?;
+        crate::backends::cpu::buffer::release_free_heap();
         Ok(engine)
     }
 

@@ -69,6 +69,19 @@ impl Drop for HostBuffer {
     }
 }
 
+/// Returns the heap's free pages to the system (glibc's `malloc_trim`). Loading a model leaves
+/// megabytes of parser and tokenizer temporaries freed but resident; the compute arena is one
+/// fresh mapping and cannot reuse them, so the engine hands them back once it has reserved.
+/// A no-op on other C libraries.
+pub fn release_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers and only walks glibc's own free lists; it is safe
+    // to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 impl std::fmt::Debug for HostBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "HostBuffer({} bytes)", self.len)
