@@ -38,15 +38,13 @@ pub fn registry() -> BackendRegistry {
 /// An allocator over this build's registry, no fence, with a bare CPU backend (no weights, no
 /// workers): for graph tests of element-wise ops.
 pub fn cpu_allocator() -> GraphAllocator {
-    let mut alloc = GraphAllocator::new(registry(), BackendFence::all());
-    // The CPU is in every registry this module builds; enabling it cannot fail.
-    let _ = alloc.enable_backend(Backend::CPU, Box::new(cpu::CpuBackend::new()));
-    alloc
+    cpu_allocator_fenced(BackendFence::all())
 }
 
 /// [`cpu_allocator`] behind `fence` (tests that add mock devices).
 pub fn cpu_allocator_fenced(fence: BackendFence) -> GraphAllocator {
     let mut alloc = GraphAllocator::new(registry(), fence);
+    // The CPU is in every registry this module builds; enabling it cannot fail.
     let _ = alloc.enable_backend(Backend::CPU, Box::new(cpu::CpuBackend::new()));
     alloc
 }

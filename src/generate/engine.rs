@@ -254,12 +254,6 @@ impl Engine {
     /// An engine over weights and workers another engine may also use (`p.n_threads` is
     /// ignored: the pool is `shared`'s).
     pub fn with_shared(model: Arc<Model>, p: &EngineParams, shared: &EngineShared) -> Result<Engine, EngineError> {
-        if p.n_ctx == 0 {
-            return Err(EngineError::ZeroContext);
-        }
-        if p.n_ubatch == 0 {
-            return Err(EngineError::ZeroUbatch);
-        }
         let registry = backends::registry();
         let fence = registry.resolve_fence(p.backends.as_deref())?;
         let mut alloc = GraphAllocator::new(registry, fence);

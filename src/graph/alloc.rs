@@ -219,15 +219,15 @@ impl GraphAllocator {
     }
 
     fn layout(&self, graph: &ComputeGraph) -> Result<Layout, GraphError> {
-        let live = graph.live_mask();
-        for node in graph.nodes.iter().filter(|x| live[x.id]) {
+        let layout = plan_layout(graph, |b| self.pool(b).map_or(64, |p| p.alignment()))?;
+        for node in graph.nodes.iter().filter(|x| layout.live[x.id]) {
             if let Some(b) = node.backend
                 && self.pool(b).is_none()
             {
                 return Err(GraphError::NoPool { backend: b });
             }
         }
-        plan_layout(graph, |b| self.pool(b).map_or(64, |p| p.alignment()))
+        Ok(layout)
     }
 
     /// Creates the KV regions the graph's KV-bound nodes name, on their backends, and checks
@@ -235,8 +235,7 @@ impl GraphAllocator {
     /// plan time, not at the first evaluation.
     fn ensure_kv_of(&mut self, graph: &ComputeGraph, layout: &Layout) -> Result<(), GraphError> {
         self.ensure_kv_regions(graph, layout)?;
-        let live = graph.live_mask();
-        for node in graph.nodes.iter().filter(|n| live[n.id]) {
+        for node in graph.nodes.iter().filter(|n| layout.live[n.id]) {
             let (Some(layer), Some(backend)) = (node.kv_layer(), node.backend) else { continue };
             if let Some(pair) = self.kv_pair(layer)
                 && pair.k.backend() != backend
@@ -257,15 +256,7 @@ impl GraphAllocator {
                     return Err(GraphError::MissingMeta { node: node.name.clone(), op: node.op.clone(), expected: "kvcache" });
                 }
             };
-            let pair = self.ensure_kv(*layer, backend, meta.region_bytes(), meta.kv_type.dtype())?;
-            if pair.k.backend() != backend {
-                return Err(GraphError::KvBackendMismatch {
-                    node: node.name.clone(),
-                    layer: *layer,
-                    node_backend: backend,
-                    kv_backend: pair.k.backend(),
-                });
-            }
+            self.ensure_kv(*layer, backend, meta.region_bytes(), meta.kv_type.dtype())?;
         }
         Ok(())
     }
@@ -334,19 +325,9 @@ impl GraphAllocator {
                         }
                     })
                     .collect::<Result<Vec<_>, GraphError>>()?;
+                // `ensure_kv_of` already checked that the pair lives on this node's backend.
                 let kv = match node.kv_layer() {
-                    Some(layer) => {
-                        let pair = self.kv_pair(layer).ok_or_else(|| GraphError::KvMissing { node: node.name.clone(), layer })?;
-                        if pair.k.backend() != split.backend {
-                            return Err(GraphError::KvBackendMismatch {
-                                node: node.name.clone(),
-                                layer,
-                                node_backend: split.backend,
-                                kv_backend: pair.k.backend(),
-                            });
-                        }
-                        Some(pair)
-                    }
+                    Some(layer) => Some(self.kv_pair(layer).ok_or_else(|| GraphError::KvMissing { node: node.name.clone(), layer })?),
                     None => None,
                 };
                 items.push(NodeWork { node: node.id, out, srcs, kv });
@@ -518,10 +499,8 @@ impl GraphAllocator {
             return Err(GraphError::TensorDType { what: "a host f32 copy", dtype: t.dtype });
         }
         // Read straight into the f32 vector (the logits are the largest read of every step).
-        let pool = self.pool_mut(t.backend())?;
-        pool.synchronize()?;
         let mut out = vec![0.0f32; t.bytes / 4];
-        pool.get_tensor(t, 0, bytemuck::cast_slice_mut(&mut out))?;
+        self.read_into(t, 0, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
     }
 
@@ -534,11 +513,16 @@ impl GraphAllocator {
     }
 
     fn read_tensor(&mut self, t: TensorRef) -> Result<Vec<u8>, GraphError> {
+        let mut out = vec![0u8; t.bytes];
+        self.read_into(t, 0, &mut out)?;
+        Ok(out)
+    }
+
+    /// Bytes `offset..offset + out.len()` of `t`, after its backend's queued work.
+    fn read_into(&mut self, t: TensorRef, offset: usize, out: &mut [u8]) -> Result<(), GraphError> {
         let pool = self.pool_mut(t.backend())?;
         pool.synchronize()?;
-        let mut out = vec![0u8; t.bytes];
-        pool.get_tensor(t, 0, &mut out)?;
-        Ok(out)
+        pool.get_tensor(t, offset, out)
     }
 
     fn kv_of(&self, layer: usize) -> Result<KvPair, GraphError> {
@@ -548,10 +532,7 @@ impl GraphAllocator {
     /// Reads bytes `offset..offset + out.len()` of the layer's K (`v = false`) or V region.
     pub fn read_kv(&mut self, layer: usize, v: bool, offset: usize, out: &mut [u8]) -> Result<(), GraphError> {
         let pair = self.kv_of(layer)?;
-        let t = if v { pair.v } else { pair.k };
-        let pool = self.pool_mut(t.backend())?;
-        pool.synchronize()?;
-        pool.get_tensor(t, offset, out)
+        self.read_into(if v { pair.v } else { pair.k }, offset, out)
     }
 
     /// Writes `data` at byte `offset` of the layer's K (`v = false`) or V region.

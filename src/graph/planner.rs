@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 
 use super::error::GraphError;
 use super::registry::Backend;
-use super::scheduler::{Split, split_graph};
+use super::scheduler::{Split, split_live_graph};
 use super::{ComputeGraph, NodeId};
 
 /// A best-fit allocator of byte offsets inside one growing arena.
@@ -128,13 +128,15 @@ pub struct Layout {
     pub arena_bytes: BTreeMap<Backend, usize>,
     /// The graph's splits (maximal runs of nodes on one backend).
     pub splits: Vec<Split>,
+    /// [`ComputeGraph::live_mask`] of the graph, computed once for the whole plan.
+    pub live: Vec<bool>,
 }
 
 /// Plans `graph` (see the module docs). `align(backend)` is each backend's offset alignment.
 pub fn plan_layout(graph: &ComputeGraph, align: impl Fn(Backend) -> usize) -> Result<Layout, GraphError> {
     graph.validate()?;
-    let live = Liveness::analyse(graph)?;
-    let splits = split_graph(graph)?;
+    let live = Liveness::analyse(graph, graph.live_mask())?;
+    let splits = split_live_graph(graph, &live.live)?;
     let n = graph.nodes.len();
     let mut planners: BTreeMap<Backend, OffsetPlanner> = BTreeMap::new();
     let mut slots: Vec<Option<Slot>> = vec![None; n];
@@ -188,7 +190,7 @@ pub fn plan_layout(graph: &ComputeGraph, align: impl Fn(Backend) -> usize) -> Re
         }
     }
     let arena_bytes = planners.iter().map(|(&b, p)| (b, p.high_water())).collect();
-    Ok(Layout { slots, staging, arena_bytes, splits })
+    Ok(Layout { slots, staging, arena_bytes, splits, live: live.live })
 }
 
 /// The liveness plan of one graph, in build order.
@@ -203,10 +205,9 @@ struct Liveness {
 }
 
 impl Liveness {
-    fn analyse(graph: &ComputeGraph) -> Result<Liveness, GraphError> {
+    fn analyse(graph: &ComputeGraph, live: Vec<bool>) -> Result<Liveness, GraphError> {
         let nodes = &graph.nodes;
         let n = nodes.len();
-        let live = graph.live_mask();
         if let Some(node) = nodes.iter().find(|x| live[x.id] && x.backend.is_none()) {
             return Err(GraphError::Unassigned { node: node.name.clone() });
         }

@@ -138,7 +138,11 @@ impl BackendScheduler {
 /// cross-backend edges between live nodes. A dead node (orphaned by fusion: it gets no buffer
 /// and never runs) joins the split it stands in, so it neither cuts a split nor asks for a copy.
 pub fn split_graph(graph: &ComputeGraph) -> Result<Vec<Split>, GraphError> {
-    let live = graph.live_mask();
+    split_live_graph(graph, &graph.live_mask())
+}
+
+/// [`split_graph`] with the graph's live mask already at hand (the planner's).
+pub(super) fn split_live_graph(graph: &ComputeGraph, live: &[bool]) -> Result<Vec<Split>, GraphError> {
     let backend_of = |node: &CNode| node.backend.ok_or_else(|| GraphError::Unassigned { node: node.name.clone() });
     let mut splits: Vec<Split> = Vec::new();
     let mut split_of = vec![0usize; graph.nodes.len()];

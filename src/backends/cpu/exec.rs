@@ -27,6 +27,16 @@ pub enum KernelIsa {
     Scalar,
 }
 
+impl KernelIsa {
+    /// The instruction set this stands for.
+    pub fn isa(self) -> Isa {
+        match self {
+            KernelIsa::Detected => Isa::detected(),
+            KernelIsa::Scalar => Isa::Scalar,
+        }
+    }
+}
+
 /// Where kernels read weights from: the CPU reads the model's memory map (the store); a backend
 /// that uploaded its own copies answers from them.
 pub trait Weights {
@@ -150,12 +160,8 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
     }
     // In-place SwiGLU (the fused output over its gate): row by row, no snapshot.
     if let (Op::SwiGLU, Some(Operand::Aliased), Some(Operand::Buf(up))) = (&node.op, ins.first(), ins.get(1)) {
-        let isa = match cx.isa {
-            KernelIsa::Detected => Isa::detected(),
-            KernelIsa::Scalar => Isa::Scalar,
-        };
         let up = f32s(node, up)?;
-        return kernels::swiglu_inplace_with(isa, f32s_mut(node, dst)?, up, node.out_shape[0]).map_err(kernel(node));
+        return kernels::swiglu_inplace_with(cx.isa.isa(), f32s_mut(node, dst)?, up, node.out_shape[0]).map_err(kernel(node));
     }
     let snapshot: Option<Vec<u8>> = ins.iter().any(|o| matches!(o, Operand::Aliased)).then(|| dst.to_vec());
     let operand = |i: usize| -> Result<&[u8], GraphError> {
@@ -166,10 +172,7 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
         }
     };
     let f = |i: usize| operand(i).and_then(|b| f32s(node, b));
-    let isa = match cx.isa {
-        KernelIsa::Detected => Isa::detected(),
-        KernelIsa::Scalar => Isa::Scalar,
-    };
+    let isa = cx.isa.isa();
     let out = f32s_mut(node, dst)?;
     match &node.op {
         Op::Add => kernels::add(f(0)?, f(1)?, out).map_err(kernel(node)),
