@@ -19,6 +19,8 @@ pub enum GgufError {
     InvalidUtf8 { what: &'static str, offset: u64 },
     #[error("metadata key '{key}' has unknown value type id {type_id}")]
     UnknownValueType { key: String, type_id: u32 },
+    #[error("metadata key '{key}' holds {bytes} bytes of strings (at most 4 GiB)")]
+    StringArrayTooLarge { key: String, bytes: u64 },
     #[error("metadata key '{key}' nests arrays {depth} deep (limit {limit})")]
     ArrayTooDeep { key: String, depth: usize, limit: usize },
     #[error("duplicate metadata key '{key}'")]

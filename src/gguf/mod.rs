@@ -7,6 +7,7 @@
 mod error;
 mod mmap;
 mod reader;
+mod str_array;
 mod tensor;
 mod value;
 
@@ -15,6 +16,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 pub use error::GgufError;
+pub use str_array::StrArray;
 pub use reader::{DEFAULT_ALIGNMENT, MAX_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 pub use tensor::TensorInfo;
 pub use value::{MetaArray, MetaValue, ValueType};
@@ -222,7 +224,7 @@ impl GgufFile {
     }
 
     /// An array of strings.
-    pub fn get_str_array(&self, key: &str) -> Result<&[String], GgufError> {
+    pub fn get_str_array(&self, key: &str) -> Result<&StrArray, GgufError> {
         match self.get_array(key)? {
             MetaArray::String(v) => Ok(v),
             _ => Err(Self::wrong_type(key, "array of string", self.require(key)?)),

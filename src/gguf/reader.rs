@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use super::error::GgufError;
+use super::str_array::StrArray;
 use super::tensor::TensorInfo;
 use super::value::{MetaArray, MetaValue, ValueType};
 use crate::quants::{GgmlType, ggml_block_geometry, ggml_type_name};
@@ -77,12 +78,15 @@ impl<'a> Cursor<'a> {
     }
 
     fn string(&mut self, what: &'static str) -> Result<String, GgufError> {
+        self.str(what).map(str::to_owned)
+    }
+
+    /// A length-prefixed UTF-8 string, borrowed from the file bytes.
+    fn str(&mut self, what: &'static str) -> Result<&'a str, GgufError> {
         let len = self.u64(what)?;
         let offset = self.pos as u64;
         let bytes = self.take(len, what)?;
-        std::str::from_utf8(bytes)
-            .map(str::to_owned)
-            .map_err(|_| GgufError::InvalidUtf8 { what, offset })
+        std::str::from_utf8(bytes).map_err(|_| GgufError::InvalidUtf8 { what, offset })
     }
 
     fn value_type(&mut self, key: &str) -> Result<ValueType, GgufError> {
@@ -140,10 +144,12 @@ impl<'a> Cursor<'a> {
             ValueType::F64 => fixed!(F64, f64),
             ValueType::Bool => MetaArray::Bool(self.take(count, "array data")?.iter().map(|b| *b != 0).collect()),
             ValueType::String => {
-                let mut v = Vec::with_capacity(n);
+                let mut v = StrArray::with_capacity(n);
                 for _ in 0..n {
-                    v.push(self.string("array string")?);
+                    let s = self.str("array string")?;
+                    v.push(s).map_err(|full| GgufError::StringArrayTooLarge { key: key.to_string(), bytes: full.bytes })?;
                 }
+                v.shrink_to_fit();
                 MetaArray::String(v)
             }
             ValueType::Array => {

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use super::str_array::StrArray;
+
 /// GGUF value type ids (`gguf_type` in ggml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
@@ -110,7 +112,7 @@ pub enum MetaArray {
     I32(Vec<i32>),
     F32(Vec<f32>),
     Bool(Vec<bool>),
-    String(Vec<String>),
+    String(StrArray),
     Array(Vec<MetaArray>),
     U64(Vec<u64>),
     I64(Vec<i64>),
@@ -253,7 +255,13 @@ impl MetaArray {
             MetaArray::F32(v) => cut(v, max_items, |x| num(f64::from(*x))),
             MetaArray::F64(v) => cut(v, max_items, |x| num(*x)),
             MetaArray::Bool(v) => cut(v, max_items, |x| J::Bool(*x)),
-            MetaArray::String(v) => cut(v, max_items, |x| J::String(x.clone())),
+            MetaArray::String(v) => {
+                let mut out: Vec<J> = v.iter().take(max_items).map(|x| J::String(x.to_owned())).collect();
+                if v.len() > max_items {
+                    out.push(J::String(format!("… {} more", v.len() - max_items)));
+                }
+                J::Array(out)
+            }
             MetaArray::Array(v) => cut(v, max_items, |x| x.to_json(max_items)),
             ints => {
                 let n = ints.len();

@@ -85,7 +85,7 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     /// Builds a tokenizer, checking the data as it goes.
-    pub fn new(data: TokenizerData) -> Result<Tokenizer, TokenizerError> {
+    pub fn new(mut data: TokenizerData) -> Result<Tokenizer, TokenizerError> {
         if data.model != "gpt2" {
             return Err(TokenizerError::UnsupportedModel { model: data.model });
         }
@@ -102,12 +102,12 @@ impl Tokenizer {
         let n_vocab_u32 = u32::try_from(n_vocab).map_err(|_| TokenizerError::VocabularyTooLarge { n_vocab })?;
 
         // llama.cpp renames empty entries so that they cannot match anything.
-        let tokens: Vec<String> = data
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| if t.is_empty() { format!("[EMPTY_{i}]") } else { t.clone() })
-            .collect();
+        let mut tokens = std::mem::take(&mut data.tokens);
+        for (i, t) in tokens.iter_mut().enumerate() {
+            if t.is_empty() {
+                *t = format!("[EMPTY_{i}]");
+            }
+        }
         let mut token_to_id = HashMap::with_capacity(n_vocab);
         for (id, text) in (0..n_vocab_u32).zip(&tokens) {
             if let Some(first) = token_to_id.insert(text.clone(), id) {
