@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: fetches the test models, the server tests' Python client, tmux,
+# The whole test suite: fetches the test models, the server tests' Python client, NVRTC, tmux,
 # graphviz, chromium and playwright-core if missing (idempotent), then runs every test in release mode. Usage: scripts/test.sh [extra cargo test args]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,4 +22,10 @@ fi
 # The server tests drive `minfer serve` with the official openai client, from this venv.
 MINFER_TEST_PYTHON="$(scripts/python_env.sh)"
 export MINFER_TEST_PYTHON
-cargo test --release "$@"
+# The CUDA kernels' compile test loads NVRTC from the nvidia-cuda-nvrtc-cu12 wheel (no GPU needed).
+MINFER_NVRTC="$(scripts/nvrtc_env.sh)"
+export MINFER_NVRTC
+# The default build (no CUDA) must build too; the suite runs on the cuda-feature build, which on
+# a machine without a driver behaves as the default one and adds the CUDA tests.
+cargo build --release
+cargo test --release --features cuda "$@"

@@ -3,13 +3,17 @@
 //!
 //! * [`cpu`]: host memory, the SIMD kernels (AVX-512, AVX2, NEON, scalar twins), always present
 //!   and the terminal of the assignment walk.
-//! * Metal and CUDA are known names (their ids are part of the file formats) but not compiled
-//!   into this build: `--backend cuda` says so.
+//! * [`cuda`] (`--features cuda`): NVIDIA GPUs through the driver API and NVRTC, loaded at
+//!   run time; on a machine without a driver its entry says why it is not usable.
+//! * Metal is a known name (its id is part of the file formats) but not compiled into this
+//!   build: `--backend metal` says so, as `--backend cuda` does without the feature.
 //!
 //! Everything a backend is to the rest of the engine goes through
 //! [`BackendImpl`](crate::graph::BackendImpl) and the entries [`registry`] returns.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 use crate::graph::{Backend, BackendConfig, BackendEntry, BackendFence, BackendRegistry, GraphAllocator, GraphError, registry::BUILTIN};
 
@@ -27,6 +31,17 @@ pub fn registry() -> BackendRegistry {
                 probed: cpu::probe(),
                 capabilities: Some(cpu::CAPABILITIES),
                 create: Some(cpu::create),
+                color: b.color,
+            },
+            #[cfg(feature = "cuda")]
+            Backend::CUDA => BackendEntry {
+                handle: b.handle,
+                name: b.name,
+                priority: b.priority,
+                compiled_in: true,
+                probed: cuda::probe(),
+                capabilities: Some(cuda::CAPABILITIES),
+                create: None,
                 color: b.color,
             },
             _ => BackendEntry::not_compiled(b),
