@@ -31,7 +31,9 @@
 //! in addition held to the `mul_mat` tolerance against the scalar reference. Only the
 //! repacked Q4_0/Q4_K gemv (rows a multiple of 8) is bitwise across ISAs.
 //!
-//! Or it is held to **tolerances** (`Exactness::Tolerance`, a future device backend; `--tolerances`
+//! Or it is held to **tolerances** (`Exactness::Tolerance`: the CUDA backend, on the GPU as
+//! `cuda` and on the host emulator of `tests/support/cuda_emu.rs` as `cuda-emu`, with the cuda
+//! feature; `--tolerances`
 //! judges every backend so): the op's tolerance in the table against the scalar reference,
 //! ggml-style normalized mean squared error `NMSE = Σ(got-want)² / Σwant²` over the output (KV
 //! rows decoded to f32 first), or bitwise where any correct implementation gives the same bits
@@ -47,7 +49,7 @@
 //! | `swiglu` (fused) | as `add` | `swiglu_with(Isa::Scalar)` | bitwise | NMSE 1e-7 |
 //! | `rms_norm` | weighted d 896 × nt 1/2/7/32/512 + d 67; unweighted nt 1/7 | `kernels::rms_norm` | bitwise | NMSE 1e-7 |
 //! | `qk_norm` | hd 64 × 4 heads × nt 1/7; hd 128 × 2 heads × nt 1/2/7/32/512 | `kernels::qk_norm` | bitwise | NMSE 1e-7 |
-//! | `mul_mat` | all 13 `GgmlType::WEIGHT_TYPES` × {k 256, m 48 × nt 1/2/7/32/512; k = 3 blocks (130 for floats), m 37, + bias × nt 1/7}; Qwen2.5-0.5B shapes Q4_K/Q6_K 4864→896, Q5_0 896→4864, Q8_0 896→128 + bias | `matmul_with_isa` at the backend's dot ISA (bitwise) and at `Scalar` (tolerance) | bitwise at its own dot ISA | NMSE 5e-4 |
+//! | `mul_mat` | all 13 `GgmlType::WEIGHT_TYPES` × {k 256, m 48 × nt 1/2/7/32/512; k = 3 blocks (130 for floats), m 37, + bias × nt 1/7}; Qwen2.5-0.5B shapes Q4_K/Q6_K 4864→896, Q5_0 896→4864, Q8_0 896→128 + bias | `matmul_with_isa` at the backend's dot ISA (bitwise) and at `Scalar` (the CPU's tolerance); for tolerance backends the exact f64 product of the dequantized weights and the f32 activations | bitwise at its own dot ISA | NMSE 5e-4 vs the exact product |
 //! | `get_rows` (embedding) | all 13 weight types, n_embd 256 × nt 1/7/512 | `kernels::get_rows` | bitwise | NMSE 1e-7 |
 //! | `get_rows` (tail rows) | d 896: 1 of 7, 2 of 32, 1 of 512 rows | `kernels::select_rows` | bitwise | bitwise |
 //! | `rope` | NORM and NEOX × hd 64 (4 heads) / 128 (2 heads) × n_rot full/half × nt 1/2/7/32 (+512 NEOX full, NORM half); 14 heads hd 64; in place ×2 | `kernels::rope_ext` | bitwise | NMSE 1e-6 |
@@ -107,6 +109,9 @@ mod gguf_bytes;
 mod generate;
 #[path = "support/test_backend.rs"]
 mod test_backend;
+#[cfg(feature = "cuda")]
+#[path = "support/cuda_emu.rs"]
+mod cuda_emu;
 
 use generate::Rng;
 
@@ -131,6 +136,8 @@ struct BackendUnderTest {
     handle: Backend,
     exact: Exactness,
     imp: Box<dyn BackendImpl>,
+    /// Cases whose [`Spec::work`] exceeds this are skipped on this backend (an emulator).
+    max_work: Option<u64>,
 }
 
 /// The backends every case runs on, CPU first. **The one place to add a backend** (a CUDA
@@ -151,6 +158,7 @@ fn backends() -> Result<Vec<BackendUnderTest>, String> {
             // (generic) ones: bitwise against the same ISA.
             exact: Exactness::Bits { dot: dots(KernelIsa::Detected) },
             imp: Box::new(CpuBackend::with_pool(pool.clone())),
+            max_work: None,
         },
         BackendUnderTest {
             // Claims every node the CPU kernels implement and runs them with the scalar kernels
@@ -161,9 +169,42 @@ fn backends() -> Result<Vec<BackendUnderTest>, String> {
             handle: Backend::METAL,
             exact: Exactness::Bits { dot: dots(test.isa()) },
             imp: Box::new(test),
+            max_work: None,
         },
     ];
+    #[cfg(feature = "cuda")]
+    let list = with_cuda(list);
     Ok(list)
+}
+
+/// The CUDA executor, with the cuda feature: on the host emulator (`cuda-emu`, where g++ and
+/// x86-64 allow) and on the GPU (`cuda`, where the probe finds one). Both are held to the
+/// tolerances. The emulator runs every fiber on one core, so it takes the cases up to
+/// [`EMU_MAX_WORK`] (see [`Spec::work`]); the GPU takes them all.
+#[cfg(feature = "cuda")]
+fn with_cuda(mut list: Vec<BackendUnderTest>) -> Vec<BackendUnderTest> {
+    use minfer::backends::cuda::{self, CudaBackend};
+    match cuda_emu::EmuDevice::new() {
+        Ok(dev) => list.push(BackendUnderTest {
+            name: "cuda-emu".into(),
+            handle: Backend::CUDA,
+            exact: Exactness::Tolerance,
+            imp: Box::new(CudaBackend::new(Box::new(dev), None)),
+            max_work: Some(EMU_MAX_WORK),
+        }),
+        Err(e) => eprintln!("backend_ops: no cuda-emu backend: {e}"),
+    }
+    match cuda::probe().map_err(|u| u.reason).and_then(|_| cuda::driver_device::DriverDevice::open().map_err(|e| e.to_string())) {
+        Ok(dev) => list.push(BackendUnderTest {
+            name: "cuda".into(),
+            handle: Backend::CUDA,
+            exact: Exactness::Tolerance,
+            imp: Box::new(CudaBackend::new(Box::new(dev), None)),
+            max_work: None,
+        }),
+        Err(e) => eprintln!("backend_ops: no cuda backend: {e}"),
+    }
+    list
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -208,6 +249,31 @@ enum Spec {
     KvStore { kv: KvType, n_head_kv: usize, hd: usize, nt: usize, n_ctx: usize },
     KvLoad { kv: KvType, n_head_kv: usize, hd: usize, n_ctx: usize },
     KvShift { kv: KvType, style: RopeStyle, n_head_kv: usize, hd: usize, n_rot: usize, n_ctx: usize },
+}
+
+/// The CUDA host emulator's cost budget, in [`Spec::work`] units (about a fiber step each).
+#[cfg(feature = "cuda")]
+const EMU_MAX_WORK: u64 = 20_000_000;
+
+impl Spec {
+    /// A rough count of the emulated thread steps a case takes on the CUDA kernels (threads
+    /// times their loop trips), for the emulator's budget.
+    fn work(&self) -> u64 {
+        let w = |x: usize| x as u64;
+        match *self {
+            Spec::Binary { d, nt, .. } | Spec::Silu { d, nt, .. } => w(d * nt),
+            Spec::RmsNorm { d, nt, .. } => w(nt * 256 * (d / 256 + 8)),
+            Spec::QkNorm { hd, nh, nt } => w(nt * nh * 256 * (hd / 256 + 8)),
+            Spec::MatMul { k, m, nt, .. } => w(m * nt * 32 * (k / 32 + 6)),
+            Spec::Embed { n_embd, nt, .. } => w(nt * 256 * (n_embd / 256 + 1)),
+            Spec::TailRows { d, n_out, .. } => w(n_out * 256 * (d / 256 + 1)),
+            Spec::Rope { n_head, hd, nt, .. } => w(nt * n_head * hd),
+            Spec::Attn { n_head, hd, nt, n_ctx, .. } => w(nt * n_head * 32 * n_ctx * (2 * hd / 32 + 6)),
+            Spec::KvStore { n_head_kv, hd, nt, .. } => w(nt * n_head_kv * hd),
+            Spec::KvLoad { .. } => 0,
+            Spec::KvShift { n_head_kv, hd, n_ctx, .. } => w(n_ctx * n_head_kv * hd * 4),
+        }
+    }
 }
 
 /// A backend-independent check.
@@ -468,6 +534,8 @@ struct Setup {
     /// The output region is `src[0]`'s (in place).
     inplace: bool,
     read: Vec<Seg>,
+    /// [`Spec::work`] of the case.
+    work: u64,
 }
 
 impl Setup {
@@ -719,7 +787,7 @@ fn build(spec: &Spec, rng: &mut Rng) -> Setup {
         }
     };
     let graph = b.build();
-    Setup { graph, node, inputs, kv, store, inplace, read }
+    Setup { work: spec.work(), graph, node, inputs, kv, store, inplace, read }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -861,8 +929,36 @@ type Expected = Result<Vec<Vec<u8>>, String>;
 enum Outcome {
     /// The backend's `supports_node` refused the node.
     Unsupported,
+    /// The case is over the backend's work budget (an emulator).
+    OverBudget,
     /// The bytes of each of `Setup::read`.
     Ran(Vec<Vec<u8>>),
+}
+
+/// The matrix product in f64 over the dequantized weights and the f32 activations as given:
+/// the reference a device backend's `mul_mat` is judged against. (The scalar reference
+/// quantizes the activations to 8 bits first, as ggml's CPU dots do; a device that multiplies
+/// by the f32 activations, or quantizes them another way, differs from it by that rounding,
+/// not by an error of its own.)
+fn exact_matmul(s: &Setup) -> Result<Vec<Vec<u8>>, String> {
+    let node = s.node();
+    let NodeMeta::MatMul(m) = &node.meta else { return Err("mul_mat without matmul meta".into()) };
+    let st = s.store.as_ref().ok_or("mul_mat without weights")?;
+    let w = st.matrix(m.weight).map_err(|e| e.to_string())?;
+    let bias = m.bias.map(|b| st.vector(b).map(<[f32]>::to_vec)).transpose().map_err(|e| e.to_string())?;
+    let mut rows = vec![0.0f32; w.rows * w.cols];
+    minfer::quants::dequantize_row(w.ty, w.data, &mut rows).map_err(|e| e.to_string())?;
+    let x = s.f32s("x");
+    let nt = x.len() / w.cols;
+    let mut out = vec![0.0f32; nt * w.rows];
+    for t in 0..nt {
+        let xt = &x[t * w.cols..(t + 1) * w.cols];
+        for r in 0..w.rows {
+            let dot: f64 = rows[r * w.cols..(r + 1) * w.cols].iter().zip(xt).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            out[t * w.rows + r] = (dot + bias.as_ref().map_or(0.0, |b| f64::from(b[r]))) as f32;
+        }
+    }
+    Ok(vec![f32_bytes(&out)])
 }
 
 fn align_up(x: usize, a: usize) -> usize {
@@ -877,6 +973,9 @@ fn run_on(be: &mut BackendUnderTest, s: &Setup) -> Result<Outcome, String> {
     let node = graph.nodes[s.node].clone();
     if !be.imp.supports_node(&node) {
         return Ok(Outcome::Unsupported);
+    }
+    if be.max_work.is_some_and(|m| s.work > m) {
+        return Ok(Outcome::OverBudget);
     }
     let imp = be.imp.as_mut();
     let before = imp.memory().bytes_in_use;
@@ -1380,6 +1479,11 @@ fn main() {
                         continue;
                     }
                 };
+                // The exact product, for backends held to tolerances.
+                let exact: Option<Expected> = match spec {
+                    Spec::MatMul { .. } if bes.iter().any(|b| b.exact == Exactness::Tolerance) => Some(exact_matmul(&setup)),
+                    _ => None,
+                };
                 // The matrix product at each other dot ISA a bit-exact backend runs.
                 let mut at_isa: Vec<(DotIsa, Expected)> = Vec::new();
                 if matches!(spec, Spec::MatMul { .. }) {
@@ -1396,6 +1500,7 @@ fn main() {
                 for be in bes.iter_mut() {
                     let outcome = run_on(be, &setup).and_then(|o| match o {
                         Outcome::Unsupported => Ok(None),
+                        Outcome::OverBudget => Ok(Some(false)),
                         Outcome::Ran(got) => {
                             let check = |want: &[Vec<u8>], tol: Tol, vs: &str| -> Result<(), String> {
                                 for ((seg, g), w) in setup.read.iter().zip(&got).zip(want) {
@@ -1404,7 +1509,10 @@ fn main() {
                                 Ok(())
                             };
                             match be.exact {
-                                Exactness::Tolerance => check(&want, *tol, "the scalar reference")?,
+                                Exactness::Tolerance => match &exact {
+                                    Some(x) => check(x.as_ref().map_err(Clone::clone)?, *tol, "the exact f64 product")?,
+                                    None => check(&want, *tol, "the scalar reference")?,
+                                },
                                 Exactness::Bits { dot: DotIsa::Scalar } => check(&want, Tol::Bitwise, "the scalar reference")?,
                                 Exactness::Bits { dot } => match at_isa.iter().find(|(d, _)| *d == dot) {
                                     // mul_mat: the bits of its own ISA, and the scalar reference's tolerance.
@@ -1416,11 +1524,15 @@ fn main() {
                                     None => check(&want, Tol::Bitwise, "the scalar reference")?,
                                 },
                             }
-                            Ok(Some(()))
+                            Ok(Some(true))
                         }
                     });
                     match outcome {
-                        Ok(Some(())) => {
+                        Ok(Some(false)) => {
+                            t.skipped += 1;
+                            status.push(format!("{} over its budget", be.name));
+                        }
+                        Ok(Some(true)) => {
                             t.run += 1;
                             t.passed += 1;
                             status.push(format!("{} ok", be.name));
@@ -1440,7 +1552,7 @@ fn main() {
                 }
                 let tag = match () {
                     _ if status.iter().any(|s| s.ends_with("FAILED")) => "FAIL",
-                    _ if status.iter().all(|s| s.ends_with("unsupported")) => "skip",
+                    _ if status.iter().all(|s| s.ends_with("unsupported") || s.ends_with("budget")) => "skip",
                     _ => "ok  ",
                 };
                 println!("{tag} {}  ({}; tolerance {})", case.name, status.join(", "), tol);

@@ -76,3 +76,29 @@ fn a_source_with_a_nul_byte_is_refused() {
     let src = Source { name: "nul.cu", text: "int x;\0", headers: &[] };
     assert!(matches!(nvrtc::compile(src, "compute_90", &[]), Err(NvrtcError::NulInSource { .. })));
 }
+
+/// The module cache: the first start compiles and stores, the second reads the same PTX; a
+/// damaged file is compiled again; another option set or architecture is another entry.
+#[test]
+fn the_module_cache_compiles_once_and_recovers_from_a_damaged_file() {
+    use minfer::backends::cuda::module_cache::{Outcome, ptx_in};
+    let dir = std::env::temp_dir().join(format!("minfer-module-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let src = kernels::source("norm.cu").expect("listed");
+    let (first, o1) = ptx_in(Ok(&dir), src, "compute_75", &[]).unwrap_or_else(|e| panic!("{e}"));
+    let Outcome::Stored(path) = o1 else { panic!("first compile should store, got {o1:?}") };
+    let (second, o2) = ptx_in(Ok(&dir), src, "compute_75", &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(o2, Outcome::Hit(path.clone()));
+    assert_eq!(first, second);
+    std::fs::write(&path, "garbage").expect("damage the entry");
+    let (third, o3) = ptx_in(Ok(&dir), src, "compute_75", &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(o3, Outcome::Stored(path.clone()), "a damaged entry is compiled again");
+    assert_eq!(third, first);
+    let (_, o4) = ptx_in(Ok(&dir), src, "compute_90", &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(&o4, Outcome::Stored(p) if *p != path), "another arch is another entry: {o4:?}");
+    let (_, o5) = ptx_in(Ok(&dir), src, "compute_75", &["--use_fast_math".to_string()]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(&o5, Outcome::Stored(p) if *p != path), "other options are another entry: {o5:?}");
+    let (_, o6) = ptx_in(Err("off".into()), src, "compute_75", &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(o6, Outcome::Uncached("off".into()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

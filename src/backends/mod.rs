@@ -41,7 +41,7 @@ pub fn registry() -> BackendRegistry {
                 compiled_in: true,
                 probed: cuda::probe(),
                 capabilities: Some(cuda::CAPABILITIES),
-                create: None,
+                create: Some(cuda::create),
                 color: b.color,
             },
             _ => BackendEntry::not_compiled(b),

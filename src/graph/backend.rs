@@ -81,6 +81,8 @@ pub enum BufferUsage {
     Compute,
     /// A persistent KV region.
     Kv,
+    /// A model's weights (a backend that uploads its own copies).
+    Weights,
 }
 
 impl BufferUsage {
@@ -89,6 +91,7 @@ impl BufferUsage {
         match self {
             BufferUsage::Compute => "the compute arena",
             BufferUsage::Kv => "a KV region",
+            BufferUsage::Weights => "the model's weights",
         }
     }
 }

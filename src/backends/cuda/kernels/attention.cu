@@ -2,7 +2,8 @@
 // cells 0..=pos[t] are visited in order with an online softmax (running max and sum), K and
 // V read directly in their storage type (f32, f16 or packed Q8_0 rows). For rotated Q8_0
 // caches the query is rotated by the same Walsh-Hadamard chunks as K, and the output is
-// rotated back (H is its own inverse). head_dim <= 256.
+// rotated back (H is its own inverse). head_dim <= 256. A position outside 0..n_ctx attends
+// nothing and gives NaNs (0 / 0), never a read outside the region.
 #include "quants.cuh"
 #include "hadamard.cuh"
 
@@ -12,7 +13,7 @@
 #define ATTN(T)                                                                                    \
     extern "C" __global__ void attn_##T(const float *q, const u8 *k, const u8 *v, const i32 *pos,   \
                                         float *out, int n_head, int n_head_kv, int head_dim,       \
-                                        float scale, i64 q_stride, int rotate) {                  \
+                                        float scale, i64 q_stride, int rotate, int n_ctx) {       \
         __shared__ float qs[MAX_HD];                                                               \
         const int lane = threadIdx.x;                                                              \
         const int t = blockIdx.x / n_head, h = blockIdx.x % n_head;                                \
@@ -28,7 +29,7 @@
         float acc[PER_LANE];                                                                       \
         for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.0f;                                          \
         float m = NEG_INF, l = 0.0f;                                                               \
-        const int n_cells = pos[t] + 1;                                                            \
+        const int n_cells = pos[t] >= 0 && pos[t] < n_ctx ? pos[t] + 1 : 0;                        \
         for (int j = 0; j < n_cells; ++j) {                                                        \
             const u8 *krow = k + (i64)j * row_bytes;                                               \
             float s = 0.0f;                                                                        \

@@ -2,7 +2,8 @@
 // pos[t] of a layer's region, as f32, f16 (round to nearest even) or packed Q8_0 rows
 // (ggml's quantize_row_q8_0: d = amax / 127 stored as f16, q = round(x / d) with 1/d from the
 // unrounded d). Q8_0 rows are rotated first, each 64-value chunk of a head by the orthonormal
-// Walsh-Hadamard matrix (when head_dim is a multiple of 64), as the CPU backend does.
+// Walsh-Hadamard matrix (when head_dim is a multiple of 64), as the CPU backend does. A cell
+// outside 0..n_ctx is not written (the engine validates positions before they reach a device).
 #include "quants.cuh"
 #include "hadamard.cuh"
 
@@ -17,29 +18,32 @@ __device__ void quantize_q8_0_block(const float *v, u8 *out) {
     for (int i = 0; i < 32; ++i) out[2 + i] = (u8)(i8)roundf(v[i] * id);
 }
 
-extern "C" __global__ void kv_store_f32(const float *x, const i32 *pos, u8 *region, int n_tokens, int width) {
+extern "C" __global__ void kv_store_f32(const float *x, const i32 *pos, u8 *region, int n_tokens, int width, int n_ctx) {
     const i64 total = (i64)n_tokens * width;
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
         const int t = i / width, c = i % width;
+        if (pos[t] < 0 || pos[t] >= n_ctx) continue;
         ((float *)region)[(i64)pos[t] * width + c] = x[i];
     }
 }
 
-extern "C" __global__ void kv_store_f16(const float *x, const i32 *pos, u8 *region, int n_tokens, int width) {
+extern "C" __global__ void kv_store_f16(const float *x, const i32 *pos, u8 *region, int n_tokens, int width, int n_ctx) {
     const i64 total = (i64)n_tokens * width;
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
         const int t = i / width, c = i % width;
+        if (pos[t] < 0 || pos[t] >= n_ctx) continue;
         ((u16 *)region)[(i64)pos[t] * width + c] = f32_to_f16(x[i]);
     }
 }
 
 // One thread per 64-value chunk (two Q8_0 blocks); `rotate` says whether heads are rotated.
-extern "C" __global__ void kv_store_q8_0(const float *x, const i32 *pos, u8 *region, int n_tokens, int width, int rotate) {
+extern "C" __global__ void kv_store_q8_0(const float *x, const i32 *pos, u8 *region, int n_tokens, int width, int n_ctx, int rotate) {
     const int chunks = width / 64;
     const i64 total = (i64)n_tokens * chunks;
     const i64 row_bytes = (i64)(width / 32) * BS_Q8_0;
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
         const int t = i / chunks, c = i % chunks;
+        if (pos[t] < 0 || pos[t] >= n_ctx) continue;
         float v[64];
         for (int j = 0; j < 64; ++j) v[j] = x[(i64)t * width + 64 * c + j];
         if (rotate) fwht64(v);

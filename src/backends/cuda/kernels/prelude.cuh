@@ -12,6 +12,7 @@ typedef long long i64;
 #define WARP 32
 #define NEG_INF __int_as_float(0xff800000)
 
+#ifndef MINFER_EMU
 // IEEE binary16 bits to f32 (exact).
 __device__ __forceinline__ float f16_to_f32(u16 h) {
     float f;
@@ -25,6 +26,20 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
     asm("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
     return h;
 }
+#else
+// The host emulator (tests/support/cuda_emu): the compiler's binary16, same roundings.
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    _Float16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    const _Float16 v = (_Float16)f;
+    u16 h;
+    memcpy(&h, &v, 2);
+    return h;
+}
+#endif
 
 // bfloat16 bits to f32 (exact: the high half of the f32).
 __device__ __forceinline__ float bf16_to_f32(u16 h) {

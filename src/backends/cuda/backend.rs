@@ -1,0 +1,321 @@
+//! The CUDA executor: [`BackendImpl`] over a [`Device`].
+//!
+//! Buffers are device allocations (zero-filled) in a table indexed by [`BufferId`]; a cap
+//! (`MINFER_CUDA_MEMORY_CAP` or the config's) refuses what does not fit with an
+//! [`OutOfMemory`] that names the bytes. Weights are uploaded once at
+//! [`load_weights`](BackendImpl::load_weights): matrices as their GGUF blocks, 1-D weights as
+//! the store's f32 vectors. A split is a sequence of launches in stream order
+//! ([`exec`](super::exec)); [`synchronize`](BackendImpl::synchronize) waits for them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::device::{DevPtr, Device, DeviceError, FuncId};
+use super::exec::{DevWeight, Launcher, Region};
+use crate::graph::{
+    Backend, BackendImpl, BufferId, BufferUsage, CNode, FusedOp, GraphError, MemoryStats, NodeWork, Op, OutOfMemory, SplitWork, TensorRef,
+    WeightId, WeightStore,
+};
+
+/// The CUDA backend over one device.
+pub struct CudaBackend {
+    dev: Box<dyn Device>,
+    /// The handle its tensors carry (`Backend::CUDA`; tests may stand it in elsewhere).
+    handle: Backend,
+    /// `(base, bytes)` per buffer id.
+    buffers: Vec<Option<(DevPtr, usize)>>,
+    stats: MemoryStats,
+    cap: Option<usize>,
+    /// Uploaded weights by id, with their device bytes. A backend holds one model's weights:
+    /// offering another store's releases these first.
+    weights: HashMap<WeightId, (DevWeight, usize)>,
+    /// The store they came from (names for errors).
+    weight_names: Option<Arc<WeightStore>>,
+    /// Bytes of weights on the device (not in [`MemoryStats::bytes_in_use`], which counts
+    /// buffers; the cap covers both).
+    weight_bytes: usize,
+    funcs: HashMap<String, FuncId>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("device", &self.dev.name())
+            .field("buffers", &self.buffers.iter().flatten().count())
+            .field("weights", &self.weights.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+fn device_err(backend: Backend, e: DeviceError) -> GraphError {
+    GraphError::BackendUnusable { name: backend.to_string(), reason: e.to_string() }
+}
+
+impl CudaBackend {
+    /// A backend on `dev`, capped at `cap` bytes of buffers and weights.
+    pub fn new(dev: Box<dyn Device>, cap: Option<usize>) -> CudaBackend {
+        CudaBackend {
+            dev,
+            handle: Backend::CUDA,
+            buffers: Vec::new(),
+            stats: MemoryStats { capacity: cap, ..MemoryStats::default() },
+            cap,
+            weights: HashMap::new(),
+            weight_names: None,
+            weight_bytes: 0,
+            funcs: HashMap::new(),
+        }
+    }
+
+    /// Tensors of this backend carry `handle` (a test harness running it beside the real
+    /// CUDA entry).
+    pub fn with_handle(mut self, handle: Backend) -> CudaBackend {
+        self.handle = handle;
+        self
+    }
+
+    pub fn device_name(&self) -> &str {
+        self.dev.name()
+    }
+
+    /// Bytes of weights on the device.
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Device memory for `bytes` (buffers and weights together stay under the cap).
+    fn reserve(&mut self, bytes: usize, usage: BufferUsage) -> Result<DevPtr, OutOfMemory> {
+        let in_use = self.stats.bytes_in_use + self.weight_bytes;
+        let oom = OutOfMemory { backend: self.handle, requested: bytes, usage, in_use, capacity: self.cap };
+        if self.cap.is_some_and(|cap| in_use.saturating_add(bytes) > cap) {
+            return Err(oom);
+        }
+        self.dev.alloc(bytes).map_err(|_| oom)
+    }
+
+    fn release_weights(&mut self) {
+        for (w, _) in std::mem::take(&mut self.weights).into_values() {
+            match w {
+                DevWeight::Vector { ptr, .. } | DevWeight::Matrix { ptr, .. } => self.dev.free(ptr),
+            }
+        }
+        self.weight_bytes = 0;
+        self.weight_names = None;
+    }
+
+    fn base(&self, id: BufferId) -> Result<(DevPtr, usize), GraphError> {
+        self.buffers.get(id.0 as usize).copied().flatten().ok_or(GraphError::BadBufferId { backend: self.handle, id })
+    }
+
+    /// The device address of bytes `offset..offset + len` of tensor `t`, bounds-checked.
+    fn addr(&self, t: TensorRef, offset: usize, len: usize) -> Result<DevPtr, GraphError> {
+        if t.buf.backend != self.handle {
+            return Err(GraphError::BackendMismatch { node: format!("buffer {}", t.buf.id.0), split: self.handle, buffer: t.buf.backend });
+        }
+        let (base, size) = self.base(t.buf.id)?;
+        let end = offset.checked_add(len).filter(|&e| e <= t.bytes).ok_or(GraphError::TensorRange { backend: self.handle, offset, bytes: len, size: t.bytes })?;
+        if t.offset + end > size {
+            return Err(GraphError::TensorRange { backend: self.handle, offset: t.offset, bytes: t.bytes, size });
+        }
+        Ok(base + (t.offset + offset) as u64)
+    }
+
+    fn region(&self, t: TensorRef) -> Result<Region, GraphError> {
+        Ok(Region { ptr: self.addr(t, 0, t.bytes)?, bytes: t.bytes })
+    }
+
+    fn run_node(&mut self, node: &CNode, w: &NodeWork) -> Result<(), GraphError> {
+        let kv = || w.kv.ok_or_else(|| GraphError::KvMissing { node: node.name.clone(), layer: node.kv_layer().unwrap_or(0) });
+        let srcs: Vec<Region> = w.srcs.iter().map(|t| self.region(*t)).collect::<Result<_, _>>()?;
+        let out = self.region(w.out)?;
+        match &node.op {
+            Op::Input | Op::KvcacheLoad { .. } => Ok(()),
+            Op::KvcacheStore { .. } => {
+                let pair = kv()?;
+                let [k, v, pos] = three(node, &srcs)?;
+                if w.srcs.iter().any(|t| t.overlaps(&pair.k) || t.overlaps(&pair.v)) || pair.k.overlaps(&pair.v) {
+                    return Err(GraphError::KvAliased { node: node.name.clone() });
+                }
+                let (kr, vr) = (self.region(pair.k)?, self.region(pair.v)?);
+                self.launcher().kv_store(node, (k, v, pos), (kr, vr))
+            }
+            Op::KvShift { .. } => {
+                let pair = kv()?;
+                let deltas = *srcs.first().ok_or(GraphError::OperandCount { node: node.name.clone(), expected: 1, got: 0 })?;
+                if w.srcs.iter().any(|t| t.overlaps(&pair.k)) {
+                    return Err(GraphError::KvAliased { node: node.name.clone() });
+                }
+                let kr = self.region(pair.k)?;
+                self.launcher().kv_shift(node, deltas, kr)
+            }
+            Op::Attn => {
+                let pair = kv()?;
+                let [q, _view, pos] = three(node, &srcs)?;
+                if [w.srcs[0], w.srcs[2], pair.k, pair.v].iter().any(|t| t.overlaps(&w.out)) {
+                    return Err(GraphError::KvAliased { node: node.name.clone() });
+                }
+                let (k, v) = (self.region(pair.k)?, self.region(pair.v)?);
+                self.launcher().attention(node, q, pos, (k, v), out)
+            }
+            Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
+                // Operands either are the output region (in place) or do not touch it.
+                if w.srcs.iter().any(|t| t.overlaps(&w.out) && t.range() != w.out.range()) {
+                    return Err(GraphError::KvAliased { node: node.name.clone() });
+                }
+                let (weights, names, handle) = (&self.weights, &self.weight_names, self.handle);
+                let weight = |id: WeightId| {
+                    weights.get(&id).map(|(w, _)| *w).ok_or_else(|| GraphError::WeightNotLoaded {
+                        node: node.name.clone(),
+                        weight: names.as_ref().map_or_else(|| format!("#{}", id.0), |s| s.name(id).to_string()),
+                        backend: handle,
+                    })
+                };
+                let mut launcher = Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs };
+                launcher.run(node, &weight, &srcs, out)
+            }
+        }
+    }
+
+    fn launcher(&mut self) -> Launcher<'_> {
+        Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs }
+    }
+}
+
+fn three(node: &CNode, srcs: &[Region]) -> Result<[Region; 3], GraphError> {
+    match srcs {
+        [a, b, c] => Ok([*a, *b, *c]),
+        _ => Err(GraphError::OperandCount { node: node.name.clone(), expected: 3, got: srcs.len() }),
+    }
+}
+
+impl BackendImpl for CudaBackend {
+    fn supports_node(&self, node: &CNode) -> bool {
+        super::cuda_supports_node(node)
+    }
+
+    fn supports_fused(&self, fused: FusedOp) -> bool {
+        super::cuda_supports_fused(fused)
+    }
+
+    fn alignment(&self) -> usize {
+        // cudaMalloc bases are 256-byte aligned; offsets of 64 keep every f32 and 16-byte
+        // vector load aligned.
+        64
+    }
+
+    fn alloc_buffer(&mut self, bytes: usize, usage: BufferUsage) -> Result<BufferId, OutOfMemory> {
+        let ptr = self.reserve(bytes, usage)?;
+        self.stats.allocations += 1;
+        self.stats.bytes_in_use += bytes;
+        self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes_in_use);
+        let slot = Some((ptr, bytes));
+        let id = match self.buffers.iter().position(Option::is_none) {
+            Some(i) => {
+                self.buffers[i] = slot;
+                i
+            }
+            None => {
+                self.buffers.push(slot);
+                self.buffers.len() - 1
+            }
+        };
+        Ok(BufferId(id as u32))
+    }
+
+    fn free_buffer(&mut self, id: BufferId) {
+        if let Some((ptr, bytes)) = self.buffers.get_mut(id.0 as usize).and_then(Option::take) {
+            self.dev.free(ptr);
+            self.stats.frees += 1;
+            self.stats.bytes_in_use -= bytes;
+        }
+    }
+
+    fn buffer_size(&self, id: BufferId) -> Option<usize> {
+        self.base(id).ok().map(|(_, b)| b)
+    }
+
+    fn memory(&self) -> MemoryStats {
+        MemoryStats { capacity: self.cap, ..self.stats }
+    }
+
+    fn set_tensor(&mut self, dst: TensorRef, offset: usize, data: &[u8]) -> Result<(), GraphError> {
+        let at = self.addr(dst, offset, data.len())?;
+        self.dev.upload(at, data).map_err(|e| device_err(self.handle, e))
+    }
+
+    fn get_tensor(&mut self, src: TensorRef, offset: usize, out: &mut [u8]) -> Result<(), GraphError> {
+        let at = self.addr(src, offset, out.len())?;
+        self.dev.download(at, out).map_err(|e| device_err(self.handle, e))
+    }
+
+    fn copy_tensor(&mut self, src: TensorRef, dst: TensorRef) -> Result<(), GraphError> {
+        if src.bytes != dst.bytes {
+            return Err(GraphError::TensorRange { backend: self.handle, offset: dst.offset, bytes: src.bytes, size: dst.bytes });
+        }
+        let (from, to) = (self.addr(src, 0, src.bytes)?, self.addr(dst, 0, dst.bytes)?);
+        if from == to || src.bytes == 0 {
+            return Ok(());
+        }
+        if src.overlaps(&dst) {
+            // memmove semantics: stage through the host (the allocator never asks for it on
+            // the hot path).
+            let mut tmp = vec![0u8; src.bytes];
+            self.dev.download(from, &mut tmp).map_err(|e| device_err(self.handle, e))?;
+            return self.dev.upload(to, &tmp).map_err(|e| device_err(self.handle, e));
+        }
+        self.dev.copy(to, from, src.bytes).map_err(|e| device_err(self.handle, e))
+    }
+
+    fn load_weights(&mut self, store: &Arc<WeightStore>, ids: &[WeightId]) -> Result<(), GraphError> {
+        if self.weight_names.as_ref().is_some_and(|s| !Arc::ptr_eq(s, store)) {
+            self.release_weights();
+        }
+        self.weight_names = Some(store.clone());
+        for &id in ids {
+            if self.weights.contains_key(&id) {
+                continue;
+            }
+            let (w, bytes): (DevWeight, &[u8]) = match store.vector(id) {
+                Ok(v) => (DevWeight::Vector { ptr: 0, len: v.len() }, bytemuck::cast_slice(v)),
+                Err(_) => {
+                    let m = store.matrix(id)?;
+                    (DevWeight::Matrix { ptr: 0, ty: m.ty, rows: m.rows, cols: m.cols }, m.data)
+                }
+            };
+            let ptr = self.reserve(bytes.len(), BufferUsage::Weights).map_err(GraphError::OutOfMemory)?;
+            self.dev.upload(ptr, bytes).map_err(|e| device_err(self.handle, e))?;
+            let w = match w {
+                DevWeight::Vector { len, .. } => DevWeight::Vector { ptr, len },
+                DevWeight::Matrix { ty, rows, cols, .. } => DevWeight::Matrix { ptr, ty, rows, cols },
+            };
+            self.weights.insert(id, (w, bytes.len()));
+            self.weight_bytes += bytes.len();
+        }
+        Ok(())
+    }
+
+    fn compute(&mut self, split: &SplitWork) -> Result<(), GraphError> {
+        for w in split.nodes {
+            let node = split.node(w)?;
+            if !super::cuda_supports_node(node) {
+                return Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() });
+            }
+            self.run_node(node, w)?;
+        }
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> Result<(), GraphError> {
+        self.dev.synchronize().map_err(|e| device_err(self.handle, e))
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        for (ptr, _) in self.buffers.iter().flatten() {
+            self.dev.free(*ptr);
+        }
+        self.release_weights();
+    }
+}

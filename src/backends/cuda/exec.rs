@@ -1,0 +1,370 @@
+//! The CUDA backend's node kernels: one function per op, mapping a node (its meta, its
+//! operand addresses) onto launches of the kernels in `kernels/*.cu`. Activations are
+//! token-major `[nt][d]` f32, ids and positions i32, KV regions rows of their `KvType`: the
+//! same layouts as the CPU backend, so a split can move between them by plain copies.
+//!
+//! Launch shapes (why):
+//! * element-wise, RoPE, KV store/shift: one thread per element (pair, chunk, head), 256 per
+//!   block, grid-stride with at most [`MAX_GRID`] blocks;
+//! * RMS norm / q-k norm: one block of 256 threads per row (a block-wide sum);
+//! * matmul (generic): one warp per (row, token), 4 warps per block;
+//! * get_rows: one block per output row;
+//! * attention: one warp per (token, head).
+
+use std::collections::HashMap;
+
+use super::device::{Arg, DevPtr, Device, DeviceError, FuncId, Launch};
+use super::kernels;
+use crate::graph::{CNode, GraphError, KvType, NodeMeta, Op, RopeStyle};
+use crate::quants::GgmlType;
+
+/// The most blocks a grid-stride launch uses.
+pub const MAX_GRID: u64 = 65_535;
+/// Threads per block of the element-wise launches.
+const BLOCK: u32 = 256;
+/// Warps per block of the generic matmul.
+const MATMUL_WARPS: u32 = 4;
+/// The widest head the attention and K-shift kernels hold (`MAX_HD` in the sources).
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// The kernel-name suffix of a storage type (`matmul_q4_k`), for every type the sources have.
+pub const fn type_suffix(ty: GgmlType) -> Option<&'static str> {
+    Some(match ty {
+        GgmlType::F32 => "f32",
+        GgmlType::F16 => "f16",
+        GgmlType::BF16 => "bf16",
+        GgmlType::Q4_0 => "q4_0",
+        GgmlType::Q4_1 => "q4_1",
+        GgmlType::Q5_0 => "q5_0",
+        GgmlType::Q5_1 => "q5_1",
+        GgmlType::Q8_0 => "q8_0",
+        GgmlType::Q2K => "q2_k",
+        GgmlType::Q3K => "q3_k",
+        GgmlType::Q4K => "q4_k",
+        GgmlType::Q5K => "q5_k",
+        GgmlType::Q6K => "q6_k",
+        GgmlType::Q8_1 | GgmlType::Q8K => return None,
+    })
+}
+
+/// Bytes of one row of `cols` values of `ty` (whole blocks).
+pub fn row_bytes(ty: GgmlType, cols: usize) -> usize {
+    cols / ty.block_size() * ty.type_size()
+}
+
+const fn kv_suffix(t: KvType) -> &'static str {
+    match t {
+        KvType::F32 => "f32",
+        KvType::F16 => "f16",
+        KvType::Q8_0 => "q8_0",
+    }
+}
+
+/// Are rows of this KV type stored rotated (the CPU's rule: Q8_0, heads a multiple of 64)?
+pub const fn kv_rotated(t: KvType, head_dim: usize) -> bool {
+    matches!(t, KvType::Q8_0) && head_dim > 0 && head_dim.is_multiple_of(64)
+}
+
+/// ggml's `theta_scale = freq_base^(-2 / n_rot)`.
+fn theta_scale(freq_base: f32, n_rot: usize) -> f32 {
+    freq_base.powf(-2.0 / n_rot as f32)
+}
+
+/// A weight as the device holds it.
+#[derive(Debug, Clone, Copy)]
+pub enum DevWeight {
+    /// `rows` rows of `cols` values of `ty`, `row_bytes` apart.
+    Matrix { ptr: DevPtr, ty: GgmlType, rows: usize, cols: usize },
+    /// f32 values (norm weights, biases).
+    Vector { ptr: DevPtr, len: usize },
+}
+
+/// One node's resolved operands: device addresses and byte sizes.
+#[derive(Debug, Clone, Copy)]
+pub struct Region {
+    pub ptr: DevPtr,
+    pub bytes: usize,
+}
+
+impl Region {
+    fn f32s(&self) -> usize {
+        self.bytes / 4
+    }
+}
+
+/// The functions loaded so far, by kernel name, over one device.
+pub struct Launcher<'d> {
+    pub dev: &'d mut dyn Device,
+    pub funcs: &'d mut HashMap<String, FuncId>,
+}
+
+fn launch_err(node: &CNode, e: DeviceError) -> GraphError {
+    GraphError::Kernel { node: node.name.clone(), source: Box::new(e) }
+}
+
+fn wrong_meta(node: &CNode, expected: &'static str) -> GraphError {
+    GraphError::WrongMeta { node: node.name.clone(), expected, found: node.meta.kind_name() }
+}
+
+fn grid_for(n: u64) -> u32 {
+    n.div_ceil(BLOCK as u64).clamp(1, MAX_GRID) as u32
+}
+
+impl Launcher<'_> {
+    fn func(&mut self, source: &'static str, name: &str) -> Result<FuncId, DeviceError> {
+        if let Some(&f) = self.funcs.get(name) {
+            return Ok(f);
+        }
+        let src = kernels::source(source).ok_or_else(|| DeviceError::new(format!("kernel {name}"), format!("no source {source}")))?;
+        let f = self.dev.function(src, name)?;
+        self.funcs.insert(name.to_string(), f);
+        Ok(f)
+    }
+
+    fn go(&mut self, node: &CNode, source: &'static str, name: &str, shape: Launch, args: &[Arg]) -> Result<(), GraphError> {
+        let f = self.func(source, name).map_err(|e| launch_err(node, e))?;
+        self.dev.launch(f, shape, args).map_err(|e| launch_err(node, e))
+    }
+
+    fn flat(n: u64) -> Launch {
+        Launch { grid: grid_for(n), block: BLOCK, shared: 0 }
+    }
+
+    /// Ops whose output is a function of their operands (and weights): everything but the
+    /// KV ops and attention.
+    pub fn run(&mut self, node: &CNode, weight: &dyn Fn(crate::graph::WeightId) -> Result<DevWeight, GraphError>, srcs: &[Region], out: Region) -> Result<(), GraphError> {
+        let src = |i: usize| srcs.get(i).copied().ok_or(GraphError::OperandCount { node: node.name.clone(), expected: i + 1, got: srcs.len() });
+        let n = out.f32s() as u64;
+        let d = node.out_shape[0];
+        let same_len = |r: Region, i: usize| -> Result<(), GraphError> {
+            match r.bytes == out.bytes {
+                true => Ok(()),
+                false => Err(GraphError::OperandLength { node: node.name.clone(), operand: i, expected: out.f32s(), got: r.f32s() }),
+            }
+        };
+        let vector = |id| match weight(id)? {
+            DevWeight::Vector { ptr, len } => Ok((ptr, len)),
+            DevWeight::Matrix { .. } => Err(wrong_meta(node, "a 1-D weight")),
+        };
+        match &node.op {
+            Op::Add | Op::Mul => {
+                let (a, b) = (src(0)?, src(1)?);
+                same_len(a, 0)?;
+                let nb = b.f32s() as i64;
+                if nb == 0 || out.f32s() as i64 % nb != 0 {
+                    return Err(GraphError::OperandLength { node: node.name.clone(), operand: 1, expected: out.f32s(), got: b.f32s() });
+                }
+                let name = if matches!(node.op, Op::Add) { "add_f32" } else { "mul_f32" };
+                self.go(node, "elementwise.cu", name, Self::flat(n), &[Arg::Ptr(a.ptr), Arg::Ptr(b.ptr), Arg::Ptr(out.ptr), Arg::I64(n as i64), Arg::I64(nb)])
+            }
+            Op::Silu => {
+                let x = src(0)?;
+                same_len(x, 0)?;
+                self.go(node, "elementwise.cu", "silu_f32", Self::flat(n), &[Arg::Ptr(x.ptr), Arg::Ptr(out.ptr), Arg::I64(n as i64)])
+            }
+            Op::SwiGLU => {
+                let (g, u) = (src(0)?, src(1)?);
+                same_len(g, 0)?;
+                same_len(u, 1)?;
+                self.go(node, "elementwise.cu", "swiglu_f32", Self::flat(n), &[Arg::Ptr(g.ptr), Arg::Ptr(u.ptr), Arg::Ptr(out.ptr), Arg::I64(n as i64)])
+            }
+            Op::RmsNorm { eps } | Op::QkNorm { eps, .. } => {
+                let x = src(0)?;
+                same_len(x, 0)?;
+                let row = match node.op {
+                    Op::QkNorm { hd, .. } => hd,
+                    _ => d,
+                };
+                let NodeMeta::Norm(m) = &node.meta else { return Err(wrong_meta(node, "norm")) };
+                let w = match m.weight {
+                    Some(id) => {
+                        let (ptr, len) = vector(id)?;
+                        if len != row {
+                            return Err(GraphError::DimMismatch { node: node.name.clone(), what: "norm weight", expected: row, got: len });
+                        }
+                        ptr
+                    }
+                    None if matches!(node.op, Op::QkNorm { .. }) => return Err(wrong_meta(node, "a q/k norm weight")),
+                    None => 0,
+                };
+                if row == 0 || !out.f32s().is_multiple_of(row) {
+                    return Err(GraphError::DimMismatch { node: node.name.clone(), what: "norm rows", expected: row, got: out.f32s() });
+                }
+                let rows = (out.f32s() / row) as u32;
+                let shape = Launch { grid: rows.max(1), block: BLOCK, shared: 0 };
+                self.go(node, "norm.cu", "rms_norm_f32", shape, &[Arg::Ptr(x.ptr), Arg::Ptr(w), Arg::Ptr(out.ptr), Arg::I32(row as i32), Arg::F32(*eps)])
+            }
+            Op::MatMul => {
+                let NodeMeta::MatMul(m) = &node.meta else { return Err(wrong_meta(node, "matmul")) };
+                let DevWeight::Matrix { ptr: w, ty, rows, cols } = weight(m.weight)? else { return Err(wrong_meta(node, "a 2-D weight")) };
+                let x = src(0)?;
+                if cols == 0 || x.f32s() % cols != 0 {
+                    return Err(GraphError::DimMismatch { node: node.name.clone(), what: "matmul input width", expected: cols, got: x.f32s() });
+                }
+                let nt = x.f32s() / cols;
+                if out.f32s() != nt * rows {
+                    return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: nt * rows, got: out.f32s() });
+                }
+                let bias = match m.bias {
+                    Some(b) => {
+                        let (ptr, len) = vector(b)?;
+                        if len != rows {
+                            return Err(GraphError::DimMismatch { node: node.name.clone(), what: "bias", expected: rows, got: len });
+                        }
+                        ptr
+                    }
+                    None => 0,
+                };
+                let suffix = type_suffix(ty).ok_or_else(|| GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() })?;
+                let items = (rows * nt) as u64;
+                let shape = Launch { grid: items.div_ceil(MATMUL_WARPS as u64).max(1) as u32, block: MATMUL_WARPS * 32, shared: 0 };
+                let args = [Arg::Ptr(w), Arg::Ptr(x.ptr), Arg::Ptr(bias), Arg::Ptr(out.ptr), Arg::I32(rows as i32), Arg::I32(cols as i32), Arg::I32(nt as i32), Arg::I64(row_bytes(ty, cols) as i64)];
+                self.go(node, "matmul.cu", &format!("matmul_{suffix}"), shape, &args)
+            }
+            Op::GetRows => match &node.meta {
+                NodeMeta::Embed(m) => {
+                    let DevWeight::Matrix { ptr, ty, rows, cols } = weight(m.weight)? else { return Err(wrong_meta(node, "a 2-D weight")) };
+                    let ids = src(0)?;
+                    let n_ids = ids.bytes / 4;
+                    if out.f32s() != n_ids * cols {
+                        return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: out.f32s() / cols.max(1), got: n_ids });
+                    }
+                    let suffix = type_suffix(ty).ok_or_else(|| GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() })?;
+                    self.get_rows(node, suffix, (ptr, rows, cols, row_bytes(ty, cols)), ids, n_ids, out)
+                }
+                _ => {
+                    let (x, ids) = (src(0)?, src(1)?);
+                    let n_ids = ids.bytes / 4;
+                    if d == 0 || out.f32s() != n_ids * d || x.f32s() % d != 0 {
+                        return Err(GraphError::OperandLength { node: node.name.clone(), operand: 1, expected: out.f32s() / d.max(1), got: n_ids });
+                    }
+                    self.get_rows(node, "f32", (x.ptr, x.f32s() / d, d, 4 * d), ids, n_ids, out)
+                }
+            },
+            Op::RoPE { style } => {
+                let NodeMeta::Rope(m) = &node.meta else { return Err(wrong_meta(node, "rope")) };
+                let (x, pos) = (src(0)?, src(1)?);
+                same_len(x, 0)?;
+                let width = m.n_head * m.head_dim;
+                if width == 0 || !out.f32s().is_multiple_of(width) {
+                    return Err(GraphError::DimMismatch { node: node.name.clone(), what: "rope width", expected: width, got: out.f32s() });
+                }
+                let nt = out.f32s() / width;
+                if pos.bytes / 4 != nt {
+                    return Err(GraphError::OperandLength { node: node.name.clone(), operand: 1, expected: nt, got: pos.bytes / 4 });
+                }
+                let pairs = (nt * m.n_head * (m.n_rot / 2)).max(nt * m.n_head * (m.head_dim - m.n_rot)) as u64;
+                let neox = matches!(style, RopeStyle::NonInterleaved) as i32;
+                let args = [
+                    Arg::Ptr(x.ptr),
+                    Arg::Ptr(out.ptr),
+                    Arg::Ptr(pos.ptr),
+                    Arg::I32(nt as i32),
+                    Arg::I32(m.n_head as i32),
+                    Arg::I32(m.head_dim as i32),
+                    Arg::I32(m.n_rot as i32),
+                    Arg::F32(theta_scale(m.freq_base, m.n_rot)),
+                    Arg::I32(neox),
+                ];
+                self.go(node, "rope.cu", "rope_f32", Self::flat(pairs.max(1)), &args)
+            }
+            _ => Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() }),
+        }
+    }
+
+    /// Rows `ids` of a `[n_rows][n_cols]` matrix (`row_bytes` apart) of the type `suffix` names.
+    fn get_rows(&mut self, node: &CNode, suffix: &str, (src, n_rows, n_cols, row_bytes): (DevPtr, usize, usize, usize), ids: Region, n_ids: usize, out: Region) -> Result<(), GraphError> {
+        if n_ids == 0 {
+            return Ok(());
+        }
+        let shape = Launch { grid: n_ids as u32, block: BLOCK, shared: 0 };
+        let args = [Arg::Ptr(src), Arg::Ptr(ids.ptr), Arg::Ptr(out.ptr), Arg::I32(n_cols as i32), Arg::I64(row_bytes as i64), Arg::I32(n_rows as i32)];
+        self.go(node, "get_rows.cu", &format!("get_rows_{suffix}"), shape, &args)
+    }
+
+    /// Attention: `q` `[nt][n_head * head_dim]`, positions `[nt]`, the layer's K and V regions.
+    pub fn attention(&mut self, node: &CNode, q: Region, pos: Region, (k, v): (Region, Region), out: Region) -> Result<(), GraphError> {
+        let NodeMeta::Attn(m) = &node.meta else { return Err(wrong_meta(node, "attn")) };
+        let width = m.n_head * m.head_dim;
+        let nt = pos.bytes / 4;
+        if out.f32s() != nt * width || q.f32s() != nt * width {
+            return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: nt * width, got: q.f32s() });
+        }
+        let region = m.kv_type.region_bytes(m.n_embd_kv(), m.n_ctx);
+        if k.bytes < region || v.bytes < region {
+            return Err(GraphError::KvRegionSize { layer: m.layer, have: k.bytes.min(v.bytes), want: region });
+        }
+        if nt == 0 {
+            return Ok(());
+        }
+        let shape = Launch { grid: (nt * m.n_head) as u32, block: 32, shared: 0 };
+        let args = [
+            Arg::Ptr(q.ptr),
+            Arg::Ptr(k.ptr),
+            Arg::Ptr(v.ptr),
+            Arg::Ptr(pos.ptr),
+            Arg::Ptr(out.ptr),
+            Arg::I32(m.n_head as i32),
+            Arg::I32(m.n_head_kv as i32),
+            Arg::I32(m.head_dim as i32),
+            Arg::F32(m.scale),
+            Arg::I64(width as i64),
+            Arg::I32(kv_rotated(m.kv_type, m.head_dim) as i32),
+            Arg::I32(m.n_ctx as i32),
+        ];
+        self.go(node, "attention.cu", &format!("attn_{}", kv_suffix(m.kv_type)), shape, &args)
+    }
+
+    /// KV store: rows `pos[t]` of the layer's K and V regions get this step's `k[t]`, `v[t]`.
+    pub fn kv_store(&mut self, node: &CNode, (k, v, pos): (Region, Region, Region), (kr, vr): (Region, Region)) -> Result<(), GraphError> {
+        let NodeMeta::Kvcache(m) = &node.meta else { return Err(wrong_meta(node, "kvcache")) };
+        let nt = pos.bytes / 4;
+        let width = m.n_embd_kv;
+        if k.f32s() != nt * width || v.f32s() != nt * width {
+            return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: nt * width, got: k.f32s().min(v.f32s()) });
+        }
+        if kr.bytes < m.region_bytes() || vr.bytes < m.region_bytes() {
+            return Err(GraphError::KvRegionSize { layer: m.layer, have: kr.bytes.min(vr.bytes), want: m.region_bytes() });
+        }
+        if nt == 0 {
+            return Ok(());
+        }
+        let name = format!("kv_store_{}", kv_suffix(m.kv_type));
+        for (x, region) in [(k, kr), (v, vr)] {
+            let mut args = vec![Arg::Ptr(x.ptr), Arg::Ptr(pos.ptr), Arg::Ptr(region.ptr), Arg::I32(nt as i32), Arg::I32(width as i32), Arg::I32(m.n_ctx as i32)];
+            let items = match m.kv_type {
+                KvType::Q8_0 => {
+                    args.push(Arg::I32(kv_rotated(m.kv_type, m.head_dim) as i32));
+                    (nt * width / 64) as u64
+                }
+                _ => (nt * width) as u64,
+            };
+            self.go(node, "kv.cu", &name, Self::flat(items.max(1)), &args)?;
+        }
+        Ok(())
+    }
+
+    /// K-shift: cells with a non-zero delta have their K rows rotated by it.
+    pub fn kv_shift(&mut self, node: &CNode, deltas: Region, kr: Region) -> Result<(), GraphError> {
+        let NodeMeta::KvShift(m) = &node.meta else { return Err(wrong_meta(node, "kv_shift")) };
+        let n_cells = deltas.bytes / 4;
+        if n_cells != m.kv.n_ctx || kr.bytes < m.kv.region_bytes() {
+            return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: m.kv.n_ctx, got: n_cells });
+        }
+        let hd = m.kv.head_dim;
+        let n_head = m.kv.n_embd_kv / hd.max(1);
+        let neox = matches!(m.style, RopeStyle::NonInterleaved) as i32;
+        let args = [
+            Arg::Ptr(kr.ptr),
+            Arg::Ptr(deltas.ptr),
+            Arg::I32(n_cells as i32),
+            Arg::I32(n_head as i32),
+            Arg::I32(hd as i32),
+            Arg::I32(m.rope.n_rot as i32),
+            Arg::F32(theta_scale(m.rope.freq_base, m.rope.n_rot)),
+            Arg::I32(neox),
+            Arg::I32(kv_rotated(m.kv.kv_type, hd) as i32),
+        ];
+        self.go(node, "kv.cu", &format!("kv_shift_{}", kv_suffix(m.kv.kv_type)), Self::flat(((n_cells * n_head) as u64).max(1)), &args)
+    }
+}
