@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::device::{DevPtr, Device, DeviceError, FuncId};
-use super::exec::{DevWeight, Launcher, Region};
+use super::exec::{self, DevWeight, Launcher, Region};
 use crate::graph::{
-    Backend, BackendImpl, BufferId, BufferUsage, CNode, FusedOp, GraphError, MemoryStats, NodeWork, Op, OutOfMemory, SplitWork, TensorRef,
+    Backend, BackendImpl, BufferId, BufferUsage, CNode, FusedOp, GraphError, MemoryStats, NodeMeta, NodeWork, Op, OutOfMemory, SplitWork, TensorRef,
     WeightId, WeightStore,
 };
 
@@ -32,8 +32,10 @@ pub struct CudaBackend {
     /// The store they came from (names for errors).
     weight_names: Option<Arc<WeightStore>>,
     /// Bytes of weights on the device (not in [`MemoryStats::bytes_in_use`], which counts
-    /// buffers; the cap covers both).
+    /// buffers; the cap covers both and the scratch).
     weight_bytes: usize,
+    /// The quantized-activation scratch of the matmuls, grown to the largest asked.
+    scratch: Option<(DevPtr, usize)>,
     funcs: HashMap<String, FuncId>,
 }
 
@@ -64,6 +66,7 @@ impl CudaBackend {
             weights: HashMap::new(),
             weight_names: None,
             weight_bytes: 0,
+            scratch: None,
             funcs: HashMap::new(),
         }
     }
@@ -86,12 +89,28 @@ impl CudaBackend {
 
     /// Device memory for `bytes` (buffers and weights together stay under the cap).
     fn reserve(&mut self, bytes: usize, usage: BufferUsage) -> Result<DevPtr, OutOfMemory> {
-        let in_use = self.stats.bytes_in_use + self.weight_bytes;
+        let in_use = self.stats.bytes_in_use + self.weight_bytes + self.scratch.map_or(0, |(_, b)| b);
         let oom = OutOfMemory { backend: self.handle, requested: bytes, usage, in_use, capacity: self.cap };
         if self.cap.is_some_and(|cap| in_use.saturating_add(bytes) > cap) {
             return Err(oom);
         }
         self.dev.alloc(bytes).map_err(|_| oom)
+    }
+
+    /// A scratch of at least `bytes` (the old one freed after the queued launches that use it).
+    fn ensure_scratch(&mut self, bytes: usize) -> Result<Region, GraphError> {
+        if let Some((ptr, have)) = self.scratch
+            && have >= bytes
+        {
+            return Ok(Region { ptr, bytes: have });
+        }
+        if let Some((ptr, _)) = self.scratch.take() {
+            self.dev.synchronize().map_err(|e| device_err(self.handle, e))?;
+            self.dev.free(ptr);
+        }
+        let ptr = self.reserve(bytes, BufferUsage::Compute).map_err(GraphError::OutOfMemory)?;
+        self.scratch = Some((ptr, bytes));
+        Ok(Region { ptr, bytes })
     }
 
     fn release_weights(&mut self) {
@@ -163,6 +182,17 @@ impl CudaBackend {
                 if w.srcs.iter().any(|t| t.overlaps(&w.out) && t.range() != w.out.range()) {
                     return Err(GraphError::KvAliased { node: node.name.clone() });
                 }
+                let scratch = match (&node.op, &node.meta) {
+                    (Op::MatMul, NodeMeta::MatMul(m)) => {
+                        let nt = srcs.first().map_or(0, |x| x.bytes / 4 / m.in_dim.max(1));
+                        exec::q8_scratch_bytes(m.weight_type, m.in_dim, nt)
+                    }
+                    _ => None,
+                };
+                let scratch = match scratch {
+                    Some(b) => Some(self.ensure_scratch(b)?),
+                    None => None,
+                };
                 let (weights, names, handle) = (&self.weights, &self.weight_names, self.handle);
                 let weight = |id: WeightId| {
                     weights.get(&id).map(|(w, _)| *w).ok_or_else(|| GraphError::WeightNotLoaded {
@@ -171,14 +201,14 @@ impl CudaBackend {
                         backend: handle,
                     })
                 };
-                let mut launcher = Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs };
+                let mut launcher = Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs, scratch };
                 launcher.run(node, &weight, &srcs, out)
             }
         }
     }
 
     fn launcher(&mut self) -> Launcher<'_> {
-        Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs }
+        Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs, scratch: None }
     }
 }
 
@@ -317,5 +347,8 @@ impl Drop for CudaBackend {
             self.dev.free(*ptr);
         }
         self.release_weights();
+        if let Some((ptr, _)) = self.scratch.take() {
+            self.dev.free(ptr);
+        }
     }
 }

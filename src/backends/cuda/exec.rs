@@ -7,7 +7,8 @@
 //! * element-wise, RoPE, KV store/shift: one thread per element (pair, chunk, head), 256 per
 //!   block, grid-stride with at most [`MAX_GRID`] blocks;
 //! * RMS norm / q-k norm: one block of 256 threads per row (a block-wide sum);
-//! * matmul (generic): one warp per (row, token), 4 warps per block;
+//! * matmul: the activations quantized first (one thread per block), then one warp per
+//!   (row, token), 4 warps per block; float weights skip the quantization (generic kernel);
 //! * get_rows: one block per output row;
 //! * attention: one warp per (token, head).
 
@@ -45,6 +46,23 @@ pub const fn type_suffix(ty: GgmlType) -> Option<&'static str> {
         GgmlType::Q6K => "q6_k",
         GgmlType::Q8_1 | GgmlType::Q8K => return None,
     })
+}
+
+/// The activation block a quantized weight type is multiplied with (ggml's `vec_dot_type`):
+/// 32 values for the 32-element types, 256 for the K-quants; `None` for the float types, which
+/// run the generic matmul.
+pub const fn q8_block(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => Some(32),
+        GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => Some(256),
+        _ => None,
+    }
+}
+
+/// Scratch bytes for `nt` tokens of `cols` activations quantized for `ty`: the i8 values, then
+/// an f32 pair `(d, s)` per block (16-byte aligned between the two).
+pub fn q8_scratch_bytes(ty: GgmlType, cols: usize, nt: usize) -> Option<usize> {
+    q8_block(ty).map(|b| (nt * cols).next_multiple_of(16) + nt * (cols / b) * 8)
 }
 
 /// Bytes of one row of `cols` values of `ty` (whole blocks).
@@ -96,6 +114,8 @@ impl Region {
 pub struct Launcher<'d> {
     pub dev: &'d mut dyn Device,
     pub funcs: &'d mut HashMap<String, FuncId>,
+    /// Device scratch for quantized activations, at least [`q8_scratch_bytes`] of the node.
+    pub scratch: Option<Region>,
 }
 
 fn launch_err(node: &CNode, e: DeviceError) -> GraphError {
@@ -218,8 +238,25 @@ impl Launcher<'_> {
                 let suffix = type_suffix(ty).ok_or_else(|| GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() })?;
                 let items = (rows * nt) as u64;
                 let shape = Launch { grid: items.div_ceil(MATMUL_WARPS as u64).max(1) as u32, block: MATMUL_WARPS * 32, shared: 0 };
-                let args = [Arg::Ptr(w), Arg::Ptr(x.ptr), Arg::Ptr(bias), Arg::Ptr(out.ptr), Arg::I32(rows as i32), Arg::I32(cols as i32), Arg::I32(nt as i32), Arg::I64(row_bytes(ty, cols) as i64)];
-                self.go(node, "matmul.cu", &format!("matmul_{suffix}"), shape, &args)
+                let rb = Arg::I64(row_bytes(ty, cols) as i64);
+                let dims = [Arg::I32(rows as i32), Arg::I32(cols as i32), Arg::I32(nt as i32), rb];
+                match (q8_block(ty), q8_scratch_bytes(ty, cols, nt)) {
+                    (Some(block), Some(need)) if nt > 0 => {
+                        let scratch = self.scratch.filter(|r| r.bytes >= need).ok_or_else(|| launch_err(node, DeviceError::new("matmul", format!("no scratch of {need} bytes for the quantized activations"))))?;
+                        let (qs, ds) = (scratch.ptr, scratch.ptr + (nt * cols).next_multiple_of(16) as u64);
+                        let quantize = if block == 32 { "quantize_q8_32" } else { "quantize_q8_k" };
+                        let blocks = (nt * cols / block) as u64;
+                        self.go(node, "matmul_q8.cu", quantize, Self::flat(blocks.max(1)), &[Arg::Ptr(x.ptr), Arg::Ptr(qs), Arg::Ptr(ds), Arg::I32(cols as i32), Arg::I32(nt as i32)])?;
+                        let mut args = vec![Arg::Ptr(w), Arg::Ptr(qs), Arg::Ptr(ds), Arg::Ptr(bias), Arg::Ptr(out.ptr)];
+                        args.extend(dims);
+                        self.go(node, "matmul_q8.cu", &format!("matmul_q8_{suffix}"), shape, &args)
+                    }
+                    _ => {
+                        let mut args = vec![Arg::Ptr(w), Arg::Ptr(x.ptr), Arg::Ptr(bias), Arg::Ptr(out.ptr)];
+                        args.extend(dims);
+                        self.go(node, "matmul.cu", &format!("matmul_{suffix}"), shape, &args)
+                    }
+                }
             }
             Op::GetRows => match &node.meta {
                 NodeMeta::Embed(m) => {

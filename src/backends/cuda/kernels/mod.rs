@@ -28,6 +28,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("rope.cu", include_str!("rope.cu")),
     ("get_rows.cu", include_str!("get_rows.cu")),
     ("matmul.cu", include_str!("matmul.cu")),
+    ("matmul_q8.cu", include_str!("matmul_q8.cu")),
     ("kv.cu", include_str!("kv.cu")),
     ("attention.cu", include_str!("attention.cu")),
 ];

@@ -46,6 +46,14 @@ __device__ __forceinline__ float bf16_to_f32(u16 h) {
     return __uint_as_float(((u32)h) << 16);
 }
 
+// f32 to bfloat16 and back, round to nearest even (ggml's GGML_FP32_TO_BF16; NaN stays NaN).
+__device__ __forceinline__ float bf16_round(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __uint_as_float((u | 0x00400000u) & 0xffff0000u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+
 // Little-endian loads from byte addresses of any alignment.
 __device__ __forceinline__ u16 ld_u16(const u8 *p) {
     return (u16)p[0] | ((u16)p[1] << 8);

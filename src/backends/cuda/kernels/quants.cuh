@@ -163,3 +163,142 @@ __device__ __forceinline__ float dq_q6_k(const u8 *row, int j) {
 // Every storage type by name, for kernels generated per type with FOR_EACH_TYPE(X): X(name).
 #define FOR_EACH_TYPE(X) \
     X(f32) X(f16) X(bf16) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(q8_0) X(q2_k) X(q3_k) X(q4_k) X(q5_k) X(q6_k)
+
+// ---- integer codes and affine maps, for the 8-bit activation matmul (matmul_q8.cu) ----
+// Every quantized type's element e is a * q(e) + b, with an integer code q and (a, b)
+// constant over each aligned group of 16 elements: `qi_<type>(row, e)` is the code and
+// `ab_<type>(row, g, &a, &b)` the map of group g (elements 16g..16g+15).
+
+__device__ __forceinline__ int qi_q4_0(const u8 *row, int j) {
+    const u8 *b = row + (j / QK4_0) * BS_Q4_0;
+    const int i = j % QK4_0;
+    const u8 q = b[2 + (i & 15)];
+    return i < 16 ? (q & 0xF) : (q >> 4);
+}
+__device__ __forceinline__ void ab_q4_0(const u8 *row, int g, float *a, float *b) {
+    const float d = f16_to_f32(ld_u16(row + (g / 2) * BS_Q4_0));
+    *a = d;
+    *b = -8.0f * d;
+}
+
+__device__ __forceinline__ int qi_q4_1(const u8 *row, int j) {
+    const u8 *b = row + (j / QK4_1) * BS_Q4_1;
+    const int i = j % QK4_1;
+    const u8 q = b[4 + (i & 15)];
+    return i < 16 ? (q & 0xF) : (q >> 4);
+}
+__device__ __forceinline__ void ab_q4_1(const u8 *row, int g, float *a, float *b) {
+    const u8 *blk = row + (g / 2) * BS_Q4_1;
+    *a = f16_to_f32(ld_u16(blk));
+    *b = f16_to_f32(ld_u16(blk + 2));
+}
+
+__device__ __forceinline__ int qi_q5_0(const u8 *row, int j) {
+    const u8 *b = row + (j / QK5_0) * BS_Q5_0;
+    const int i = j % QK5_0;
+    const u32 qh = ld_u32(b + 2);
+    const u8 q = b[6 + (i & 15)];
+    return (i < 16 ? (q & 0xF) : (q >> 4)) | (((qh >> i) & 1) << 4);
+}
+__device__ __forceinline__ void ab_q5_0(const u8 *row, int g, float *a, float *b) {
+    const float d = f16_to_f32(ld_u16(row + (g / 2) * BS_Q5_0));
+    *a = d;
+    *b = -16.0f * d;
+}
+
+__device__ __forceinline__ int qi_q5_1(const u8 *row, int j) {
+    const u8 *b = row + (j / QK5_1) * BS_Q5_1;
+    const int i = j % QK5_1;
+    const u32 qh = ld_u32(b + 4);
+    const u8 q = b[8 + (i & 15)];
+    return (i < 16 ? (q & 0xF) : (q >> 4)) | (((qh >> i) & 1) << 4);
+}
+__device__ __forceinline__ void ab_q5_1(const u8 *row, int g, float *a, float *b) {
+    const u8 *blk = row + (g / 2) * BS_Q5_1;
+    *a = f16_to_f32(ld_u16(blk));
+    *b = f16_to_f32(ld_u16(blk + 2));
+}
+
+__device__ __forceinline__ int qi_q8_0(const u8 *row, int j) {
+    return (i8)row[(j / QK8_0) * BS_Q8_0 + 2 + j % QK8_0];
+}
+__device__ __forceinline__ void ab_q8_0(const u8 *row, int g, float *a, float *b) {
+    *a = f16_to_f32(ld_u16(row + (g / 2) * BS_Q8_0));
+    *b = 0.0f;
+}
+
+// Q2_K: group g of a block is scale byte g % 16: a = d * (sc & 15), b = -dmin * (sc >> 4).
+__device__ __forceinline__ int qi_q2_k(const u8 *row, int j) {
+    const u8 *b = row + (j / QK_K) * BS_Q2_K;
+    const int e = j % QK_K, n = e / 128, w = e % 128, g = w / 32, l = w % 32;
+    return (b[16 + 32 * n + l] >> (2 * g)) & 3;
+}
+__device__ __forceinline__ void ab_q2_k(const u8 *row, int g, float *a, float *b) {
+    const u8 *blk = row + (g / 16) * BS_Q2_K;
+    const u8 sc = blk[g % 16];
+    *a = f16_to_f32(ld_u16(blk + 80)) * (float)(sc & 0xF);
+    *b = -f16_to_f32(ld_u16(blk + 82)) * (float)(sc >> 4);
+}
+
+// Q3_K: the code is the signed 3-bit value (q - 4 when the high bit is clear); a = d * sc.
+__device__ __forceinline__ int qi_q3_k(const u8 *row, int j) {
+    const u8 *b = row + (j / QK_K) * BS_Q3_K;
+    const int e = j % QK_K, n = e / 128, g = (e % 128) / 32, l = e % 32;
+    const int q = (b[32 + 32 * n + l] >> (2 * g)) & 3;
+    const int hbit = (b[l] >> (4 * n + g)) & 1;
+    return q - (hbit ? 0 : 4);
+}
+__device__ __forceinline__ void ab_q3_k(const u8 *row, int g, float *a, float *b) {
+    const u8 *blk = row + (g / 16) * BS_Q3_K;
+    const int is = g % 16;
+    const u8 *scales = blk + 96;
+    const int low4 = is < 8 ? (scales[is] & 0xF) : (scales[is - 8] >> 4);
+    const int high2 = (scales[8 + is % 4] >> (2 * (is / 4))) & 3;
+    *a = f16_to_f32(ld_u16(blk + 108)) * (float)((low4 | (high2 << 4)) - 32);
+    *b = 0.0f;
+}
+
+// Q4_K / Q5_K: the 32-element sub-block (g / 2) % 8 has scale sc and min m.
+__device__ __forceinline__ int qi_q4_k(const u8 *row, int j) {
+    const u8 *b = row + (j / QK_K) * BS_Q4_K;
+    const int e = j % QK_K, c = e / 64, hi = (e % 64) >= 32, l = e % 32;
+    const u8 q = b[16 + 32 * c + l];
+    return hi ? (q >> 4) : (q & 0xF);
+}
+__device__ __forceinline__ void ab_q4_k(const u8 *row, int g, float *a, float *b) {
+    const u8 *blk = row + (g / 16) * BS_Q4_K;
+    int sc, m;
+    scale_min_k4((g % 16) / 2, blk + 4, &sc, &m);
+    *a = f16_to_f32(ld_u16(blk)) * (float)sc;
+    *b = -f16_to_f32(ld_u16(blk + 2)) * (float)m;
+}
+
+__device__ __forceinline__ int qi_q5_k(const u8 *row, int j) {
+    const u8 *b = row + (j / QK_K) * BS_Q5_K;
+    const int e = j % QK_K, c = e / 64, hi = (e % 64) >= 32, l = e % 32;
+    const u8 q = b[48 + 32 * c + l];
+    return (hi ? (q >> 4) : (q & 0xF)) + (((b[16 + l] >> (2 * c + hi)) & 1) << 4);
+}
+__device__ __forceinline__ void ab_q5_k(const u8 *row, int g, float *a, float *b) {
+    const u8 *blk = row + (g / 16) * BS_Q5_K;
+    int sc, m;
+    scale_min_k4((g % 16) / 2, blk + 4, &sc, &m);
+    *a = f16_to_f32(ld_u16(blk)) * (float)sc;
+    *b = -f16_to_f32(ld_u16(blk + 2)) * (float)m;
+}
+
+// Q6_K: group g of a block has the signed scale scales[g % 16]; value d * sc * (q - 32).
+__device__ __forceinline__ int qi_q6_k(const u8 *row, int j) {
+    const u8 *b = row + (j / QK_K) * BS_Q6_K;
+    const int e = j % QK_K, n = e / 128, k = (e % 128) / 32, l = e % 32;
+    const u8 lq = b[64 * n + l + 32 * (k & 1)];
+    const int lo = k >= 2 ? (lq >> 4) : (lq & 0xF);
+    const int hb = (b[128 + 32 * n + l] >> (2 * k)) & 3;
+    return lo | (hb << 4);
+}
+__device__ __forceinline__ void ab_q6_k(const u8 *row, int g, float *a, float *b) {
+    const u8 *blk = row + (g / 16) * BS_Q6_K;
+    const float s = f16_to_f32(ld_u16(blk + 208)) * (float)(i8)blk[192 + g % 16];
+    *a = s;
+    *b = -32.0f * s;
+}
