@@ -24,7 +24,7 @@ use minfer::backends::cpu::exec::KernelIsa;
 use minfer::backends::cuda::CudaBackend;
 use minfer::gguf::GgufFile;
 use minfer::generate::{Engine, EngineParams, EngineShared};
-use minfer::graph::{Backend, BackendEntry, BackendFence, BackendRegistry, DeviceInfo, GraphAllocator};
+use minfer::graph::{Backend, BackendEntry, BackendFence, BackendRegistry, DeviceInfo, GraphAllocator, KvType};
 use minfer::models::load_model;
 
 /// Records and steps of the reference the emulated run covers (the emulator runs every GPU
@@ -76,23 +76,32 @@ fn records() -> Vec<Record> {
         .collect()
 }
 
-#[test]
-fn qwen3_tiny_on_the_emulated_cuda_backend_matches_llama_cpp() {
+fn max_diff(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| f64::from((x - y).abs())).fold(0.0, f64::max)
+}
+
+/// Qwen3-tiny with every node the CUDA backend claims on the emulator (and the CPU for the
+/// rest), and the same model on the CPU with the scalar kernels: the ggml generic build, whose
+/// dots quantize activations as the CUDA matmul does.
+fn engines(kv_type: KvType) -> (Engine, Engine) {
     let file = Arc::new(GgufFile::open(common::model_path(common::QWEN3_TINY)).expect("model opens"));
     let model = Arc::new(load_model(file).expect("model loads"));
     let shared = EngineShared::new(&model, 2).expect("shared");
+    let p = EngineParams { kv_type, ..params() };
     let mut alloc = GraphAllocator::new(registry(), BackendFence::all());
     alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_pool(shared.pool.clone()))).expect("cpu");
     let dev = cuda_emu::EmuDevice::new().expect("the emulator runs here");
     alloc.enable_backend(Backend::CUDA, Box::new(CudaBackend::new(Box::new(dev), None))).expect("cuda");
-    let mut gpu = Engine::with_allocator(model.clone(), &params(), &shared, alloc).expect("engine on the emulated CUDA backend");
-    // The CPU with the scalar kernels: the ggml generic build, whose dots quantize activations
-    // as the CUDA matmul does and sum in plain order (the AVX-512 build, llama.cpp's
-    // reference, sums in another order).
+    let gpu = Engine::with_allocator(model.clone(), &p, &shared, alloc).expect("engine on the emulated CUDA backend");
     let mut scalar = GraphAllocator::new(minfer::backends::registry(), BackendFence::all());
     scalar.enable_backend(Backend::CPU, Box::new(CpuBackend::with_pool(shared.pool.clone()).with_isa(KernelIsa::Scalar))).expect("scalar cpu");
-    let mut cpu = Engine::with_allocator(model.clone(), &params(), &shared, scalar).expect("scalar cpu engine");
+    let cpu = Engine::with_allocator(model, &p, &shared, scalar).expect("scalar cpu engine");
+    (gpu, cpu)
+}
 
+#[test]
+fn qwen3_tiny_on_the_emulated_cuda_backend_matches_llama_cpp() {
+    let (mut gpu, mut cpu) = engines(KvType::F32);
     let (mut max_ref, mut max_cpu, mut worst) = (0.0f64, 0.0f64, String::new());
     for (n, r) in records().iter().enumerate() {
         gpu.reset();
@@ -107,8 +116,7 @@ fn qwen3_tiny_on_the_emulated_cuda_backend_matches_llama_cpp() {
                     worst = format!("record {n} step {step} id {id}: {} vs llama.cpp {want}", logits[id as usize]);
                 }
             }
-            let dc = logits.iter().zip(&base).map(|(a, b)| f64::from((a - b).abs())).fold(0.0, f64::max);
-            max_cpu = max_cpu.max(dc);
+            max_cpu = max_cpu.max(max_diff(&logits, &base));
             let next = &r.generated_ids[step..step + 1];
             logits = gpu.eval(next, 1).expect("decode on cuda-emu");
             base = cpu.eval(next, 1).expect("decode on the cpu");
@@ -121,4 +129,41 @@ fn qwen3_tiny_on_the_emulated_cuda_backend_matches_llama_cpp() {
     assert!(on_cuda > 0, "nothing was placed on the CUDA backend");
     assert!(max_ref <= 0.5, "max |Δlogit| {max_ref} vs llama.cpp > 0.5 ({worst})");
     assert!(max_cpu <= 0.5, "max |Δlogit| {max_cpu} vs the scalar CPU > 0.5");
+}
+
+/// A session moves between the backends: the KV cells saved from the emulated CUDA backend
+/// restore on the CPU byte for byte and back, and each side continues from them; a context
+/// shift (the K-shift kernel, for each KV type) continues on CUDA as it does on the CPU.
+#[test]
+fn kv_cells_move_between_the_cpu_and_the_emulated_cuda_backend() {
+    let r = &records()[0];
+    for kv in [KvType::F32, KvType::F16, KvType::Q8_0] {
+        let (mut gpu, mut cpu) = engines(kv);
+        gpu.prefill(&r.prompt_ids, None).expect("prefill on cuda-emu");
+        cpu.prefill(&r.prompt_ids, None).expect("prefill on the cpu");
+        let next = &r.generated_ids[..1];
+
+        // CUDA -> CPU -> CUDA: the cells are the same bytes on both sides.
+        let from_gpu = gpu.kv_snapshot().expect("snapshot on cuda-emu");
+        let (mut gpu2, mut cpu2) = engines(kv);
+        cpu2.kv_restore(&from_gpu).expect("restore on the cpu");
+        assert_eq!(cpu2.kv_snapshot().expect("snapshot on the cpu"), from_gpu, "{kv}: the CPU holds the CUDA cells as they were");
+        gpu2.kv_restore(&cpu.kv_snapshot().expect("cpu snapshot")).expect("restore on cuda-emu");
+        assert_eq!(gpu2.kv_snapshot().expect("snapshot"), cpu.kv_snapshot().expect("snapshot"), "{kv}: CUDA holds the CPU cells as they were");
+
+        // Each side continues from the other's cells.
+        let (a, b) = (gpu.eval(next, 1).expect("decode"), cpu2.eval(next, 1).expect("decode after restore"));
+        let (c, d) = (cpu.eval(next, 1).expect("decode"), gpu2.eval(next, 1).expect("decode after restore"));
+        let (d1, d2) = (max_diff(&a, &b), max_diff(&c, &d));
+        eprintln!("{kv}: after a CUDA->CPU restore max |Δlogit| {d1:.5}, after CPU->CUDA {d2:.5}");
+        assert!(d1 <= 0.5 && d2 <= 0.5, "{kv}: a restored session continues within 0.5 ({d1}, {d2})");
+
+        // Context shift: drop two cells after the first, move the rest down, continue.
+        gpu.context_shift(1, 2).expect("context shift on cuda-emu");
+        cpu.context_shift(1, 2).expect("context shift on the cpu");
+        let (e, f) = (gpu.eval(&r.generated_ids[1..2], 1).expect("decode"), cpu.eval(&r.generated_ids[1..2], 1).expect("decode"));
+        let d3 = max_diff(&e, &f);
+        eprintln!("{kv}: after a context shift max |Δlogit| {d3:.5} vs the scalar CPU");
+        assert!(d3 <= 0.5, "{kv}: after a context shift CUDA and the CPU agree within 0.5 ({d3})");
+    }
 }

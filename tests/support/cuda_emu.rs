@@ -30,6 +30,9 @@ use minfer::backends::cuda::nvrtc::Source;
 const EMU_H: &str = include_str!("cuda_emu/emu.h");
 const RUNTIME: &str = include_str!("cuda_emu/runtime.cpp");
 
+/// Serializes launches across emulated devices (see [`EmuDevice::launch`]).
+static LAUNCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 type LaunchFn = unsafe extern "C" fn(*const c_void, u32, u32, *const u64, i32, *const f32, i32, *mut u8, i32) -> i32;
 
 /// A compiled module: its library (kept loaded) and its `emu_launch`.
@@ -184,6 +187,9 @@ impl Device for EmuDevice {
             }
         }
         let mut err = vec![0u8; 256];
+        // A module's runtime (its fibers and stacks) is one per process however many devices
+        // load it: launches are serialized.
+        let _one_at_a_time = LAUNCH.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: `addr` is a kernel of this module; the argument classes and order are the
         // kernel's (the executor's launch table), which `emu_launch` forwards by the ABI.
         let rc = unsafe {
