@@ -13,6 +13,7 @@ mod progress;
 mod prompt_source;
 mod run;
 mod serve;
+mod synth;
 mod template;
 mod tokenize;
 mod viz;
@@ -74,6 +75,8 @@ pub enum CliError {
     Trace(#[from] crate::generate::TraceError),
     #[error(transparent)]
     Viz(#[from] crate::viz::VizError),
+    #[error(transparent)]
+    Profile(#[from] crate::models::profile::ProfileError),
 }
 
 #[derive(Debug, Parser)]
@@ -202,6 +205,9 @@ pub enum Command {
     /// Serve the graph visualizer: the graph layer by layer, a prompt's per-node values live
     /// (default http://127.0.0.1:8081/), saved MINFER_TRACE files.
     Viz(viz::VizArgs),
+    /// Write a synthetic model with a real model's tensors (names, shapes, types) and random
+    /// but valid weights, for speed measurements where the real file is not at hand.
+    Synth(synth::SynthArgs),
     /// Measure prompt processing (pp) and generation (tg) speed, as llama-bench does.
     Bench {
         /// The GGUF model file.
@@ -317,6 +323,7 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
             bench::run(&mut out, &model, &args)
         }
         Command::Serve(args) => serve::run(args),
+        Command::Synth(args) => synth::run(&mut out, &args),
         Command::Viz(args) => viz::run(args),
         Command::Chat(args) => chat::run(&mut out, &chat::ChatArgs { engine: args.engine.clone().resolved(), ..args }),
         Command::Logits { model, ids, from, top, engine } => {

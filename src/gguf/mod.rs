@@ -10,6 +10,7 @@ mod reader;
 mod str_array;
 mod tensor;
 mod value;
+pub mod writer;
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -4,6 +4,7 @@
 
 pub mod decoder;
 mod hparams;
+pub mod profile;
 mod qwen2;
 mod qwen3;
 
