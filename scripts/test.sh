@@ -29,3 +29,8 @@ export MINFER_NVRTC
 # a machine without a driver behaves as the default one and adds the CUDA tests.
 cargo build --release
 cargo test --release --features cuda "$@"
+# The GPU check's dry run: the device bundle fits its 64 MiB and every step of
+# scripts/device_check.sh works, rehearsed on the CPU (the whole suite only, not a filtered run).
+if [ $# -eq 0 ]; then
+  scripts/device_check.sh --dry-run
+fi
