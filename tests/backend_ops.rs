@@ -53,7 +53,7 @@
 //! | `get_rows` (embedding) | all 13 weight types, n_embd 256 × nt 1/7/512 | `kernels::get_rows` | bitwise | NMSE 1e-7 |
 //! | `get_rows` (tail rows) | d 896: 1 of 7, 2 of 32, 1 of 512 rows | `kernels::select_rows` | bitwise | bitwise |
 //! | `rope` | NORM and NEOX × hd 64 (4 heads) / 128 (2 heads) × n_rot full/half × nt 1/2/7/32 (+512 NEOX full, NORM half); 14 heads hd 64; in place ×2 | `kernels::rope_ext` | bitwise | NMSE 1e-6 |
-//! | `attn` | KV f32/f16/q8_0 × hd 64/128 × nt 1/2/7/32, heads 4:2; 14:2 hd 64 × nt 1/7; 2:2; nt 512 (f32 hd 64, q8_0 hd 128) | f32: `attention_with(Isa::Scalar)`; f16: the same on the decoded cells; q8_0: `attention_q8` (no scalar entry point), or with `MINFER_NO_FUSED_Q8_KV=1` the scalar f32 path on the decoded, rotated cells | bitwise (+ K, V untouched) | NMSE 5e-4 |
+//! | `attn` | KV f32/f16/q8_0 × hd 64/128 × nt 1/2/7/32, heads 4:2; 14:2 hd 64 × nt 1/7; 2:2; nt 512 (f32 hd 64, q8_0 hd 128); long context n_ctx 1100 × (hd 64 nt 1, hd 128 nt 2) for each KV type | f32: `attention_with(Isa::Scalar)`; f16: the same on the decoded cells; q8_0: `attention_q8` (no scalar entry point), or with `MINFER_NO_FUSED_Q8_KV=1` the scalar f32 path on the decoded, rotated cells | bitwise (+ K, V untouched) | NMSE 5e-4 |
 //! | `kv_store` | KV f32/f16/q8_0 × hd 64/128 × nt 1/2/7/32 (+512 f32, q8_0), 2 KV heads, scattered cells | `kv_store_typed` | bitwise (K and V) | f32/f16 bitwise, q8_0 NMSE 1e-6 |
 //! | `kv_load` | KV f32/f16/q8_0 × hd 64/128 | the region as written | bitwise | bitwise |
 //! | `kv_shift` | KV f32/f16/q8_0 × NORM/NEOX × hd 64/128 × n_rot full/half, a quarter of the deltas 0 | `decode_row` + `rope_ext` + `encode_row` per moved cell | bitwise (+ V untouched) | f32/f16 NMSE 1e-6, q8_0 NMSE 1e-4 |
@@ -418,6 +418,13 @@ fn cases() -> Vec<Case> {
         for nt in [1, 7] {
             let spec = Spec::Attn { kv, n_head: 14, n_head_kv: 2, hd: 64, nt, n_ctx: 64 };
             op(format!("attn/{kv}/hd=64/heads=14:2/nt={nt}"), spec, Tol::Nmse(5e-4));
+        }
+    }
+    // Long context, decode-sized batches: the cells span several of a split-KV kernel's splits.
+    for kv in KV_TYPES {
+        for (hd, nt) in [(64, 1), (128, 2)] {
+            let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 2, hd, nt, n_ctx: 1100 };
+            op(format!("attn/{kv}/hd={hd}/heads=4:2/n_ctx=1100/nt={nt}"), spec, Tol::Nmse(5e-4));
         }
     }
     op("attn/f32/hd=64/heads=2:2/nt=7".into(), Spec::Attn { kv: KvType::F32, n_head: 2, n_head_kv: 2, hd: 64, nt: 7, n_ctx: 64 }, Tol::Nmse(5e-4));

@@ -167,3 +167,19 @@ fn kv_cells_move_between_the_cpu_and_the_emulated_cuda_backend() {
         assert!(d3 <= 0.5, "{kv}: after a context shift CUDA and the CPU agree within 0.5 ({d3})");
     }
 }
+
+/// The CUDA kernels are batch-invariant, as the CPU's are: a token's logits are the same bits
+/// whether it ends a prefill or is decoded on its own after the rest (the matmul sums each
+/// (row, token) alike, the attention splits at offsets fixed by n_ctx).
+#[test]
+fn a_prefill_row_equals_its_decode_row_on_the_emulated_cuda_backend() {
+    let r = &records()[0];
+    let p = &r.prompt_ids;
+    let (mut gpu, _) = engines(KvType::F32);
+    let whole = gpu.prefill(p, None).expect("prefill");
+    gpu.reset();
+    gpu.prefill(&p[..p.len() - 1], None).expect("prefill but the last");
+    let last = gpu.eval(&p[p.len() - 1..], 1).expect("decode the last");
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(bits(&whole) == bits(&last), "prefill and decode differ: max |Δ| {}", max_diff(&whole, &last));
+}

@@ -30,6 +30,9 @@ use minfer::backends::cuda::nvrtc::Source;
 const EMU_H: &str = include_str!("cuda_emu/emu.h");
 const RUNTIME: &str = include_str!("cuda_emu/runtime.cpp");
 
+/// Serializes module compiles (see [`EmuDevice::compile`]).
+static COMPILE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Serializes launches across emulated devices (see [`EmuDevice::launch`]).
 static LAUNCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -70,6 +73,9 @@ impl EmuDevice {
         let key = module_cache::key(src, "emu", &[EMU_H.to_string(), RUNTIME.to_string()], (0, 0));
         let dir = self.dir.join(format!("{key:016x}"));
         let so = dir.join("module.so");
+        // One compile at a time in this process (devices of concurrent tests share modules);
+        // other processes write their own temporary file and rename it over.
+        let _one_at_a_time = COMPILE.lock().unwrap_or_else(|p| p.into_inner());
         if so.is_file() {
             return Ok(so);
         }

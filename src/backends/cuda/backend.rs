@@ -175,7 +175,10 @@ impl CudaBackend {
                     return Err(GraphError::KvAliased { node: node.name.clone() });
                 }
                 let (k, v) = (self.region(pair.k)?, self.region(pair.v)?);
-                self.launcher().attention(node, q, pos, (k, v), out)
+                let NodeMeta::Attn(m) = &node.meta else { return Err(GraphError::WrongMeta { node: node.name.clone(), expected: "attn", found: node.meta.kind_name() }) };
+                let scratch = Some(self.ensure_scratch(exec::attn_scratch_bytes(m, pos.bytes / 4))?);
+                let mut launcher = Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs, scratch };
+                launcher.attention(node, q, pos, (k, v), out)
             }
             Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
                 // Operands either are the output region (in place) or do not touch it.

@@ -10,7 +10,8 @@
 //! * matmul: the activations quantized first (one thread per block), then one warp per
 //!   (row, token), 4 warps per block; float weights skip the quantization (generic kernel);
 //! * get_rows: one block per output row;
-//! * attention: one warp per (token, head).
+//! * attention: one warp per (token, head, split of the cells), 4 warps per block, then one warp
+//!   per (token, head) merging the splits: a long context spreads one query over the GPU.
 
 use std::collections::HashMap;
 
@@ -25,6 +26,27 @@ pub const MAX_GRID: u64 = 65_535;
 const BLOCK: u32 = 256;
 /// Warps per block of the generic matmul.
 const MATMUL_WARPS: u32 = 4;
+/// Warps per block of the attention kernels (`ATTN_WARPS` in attention.cu).
+const ATTN_WARPS: u32 = 4;
+/// Tokens per attention launch pair (bounds the partials' scratch; results do not depend on it).
+pub const ATTN_TOKEN_GROUP: usize = 64;
+/// The most splits of a token's cells.
+const MAX_SPLITS: usize = 64;
+
+/// `(chunk, n_splits)` of an attention over `n_ctx` cells: splits of at least 128 cells, at most
+/// [`MAX_SPLITS`] of them, a function of `n_ctx` alone (so a token's result is the same however
+/// many tokens run together).
+pub fn attn_split(n_ctx: usize) -> (usize, usize) {
+    let chunk = n_ctx.div_ceil(MAX_SPLITS).next_multiple_of(32).max(128);
+    (chunk, n_ctx.div_ceil(chunk).max(1))
+}
+
+/// Scratch bytes of the attention partials for `nt` tokens.
+pub fn attn_scratch_bytes(m: &crate::graph::AttnMeta, nt: usize) -> usize {
+    let (_, n_splits) = attn_split(m.n_ctx);
+    nt.min(ATTN_TOKEN_GROUP) * m.n_head * n_splits * (m.head_dim + 2) * 4
+}
+
 /// The widest head the attention and K-shift kernels hold (`MAX_HD` in the sources).
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -319,7 +341,9 @@ impl Launcher<'_> {
         self.go(node, "get_rows.cu", &format!("get_rows_{suffix}"), shape, &args)
     }
 
-    /// Attention: `q` `[nt][n_head * head_dim]`, positions `[nt]`, the layer's K and V regions.
+    /// Attention: `q` `[nt][n_head * head_dim]`, positions `[nt]`, the layer's K and V regions;
+    /// split over the cells ([`attn_split`]) into the scratch, then combined, for tokens in
+    /// groups of [`ATTN_TOKEN_GROUP`].
     pub fn attention(&mut self, node: &CNode, q: Region, pos: Region, (k, v): (Region, Region), out: Region) -> Result<(), GraphError> {
         let NodeMeta::Attn(m) = &node.meta else { return Err(wrong_meta(node, "attn")) };
         let width = m.n_head * m.head_dim;
@@ -334,22 +358,40 @@ impl Launcher<'_> {
         if nt == 0 {
             return Ok(());
         }
-        let shape = Launch { grid: (nt * m.n_head) as u32, block: 32, shared: 0 };
-        let args = [
-            Arg::Ptr(q.ptr),
-            Arg::Ptr(k.ptr),
-            Arg::Ptr(v.ptr),
-            Arg::Ptr(pos.ptr),
-            Arg::Ptr(out.ptr),
-            Arg::I32(m.n_head as i32),
-            Arg::I32(m.n_head_kv as i32),
-            Arg::I32(m.head_dim as i32),
-            Arg::F32(m.scale),
-            Arg::I64(width as i64),
-            Arg::I32(kv_rotated(m.kv_type, m.head_dim) as i32),
-            Arg::I32(m.n_ctx as i32),
-        ];
-        self.go(node, "attention.cu", &format!("attn_{}", kv_suffix(m.kv_type)), shape, &args)
+        let (chunk, n_splits) = attn_split(m.n_ctx);
+        let need = attn_scratch_bytes(m, nt);
+        let part = self.scratch.filter(|r| r.bytes >= need).ok_or_else(|| launch_err(node, DeviceError::new("attention", format!("no scratch of {need} bytes for the split partials"))))?;
+        let rotate = Arg::I32(kv_rotated(m.kv_type, m.head_dim) as i32);
+        let split = format!("attn_split_{}", kv_suffix(m.kv_type));
+        for t0 in (0..nt).step_by(ATTN_TOKEN_GROUP) {
+            let g = ATTN_TOKEN_GROUP.min(nt - t0);
+            let (q_at, out_at, pos_at) = (q.ptr + (t0 * width * 4) as u64, out.ptr + (t0 * width * 4) as u64, pos.ptr + (t0 * 4) as u64);
+            let warps = (g * m.n_head * n_splits) as u64;
+            let shape = Launch { grid: warps.div_ceil(ATTN_WARPS as u64) as u32, block: ATTN_WARPS * 32, shared: 0 };
+            let args = [
+                Arg::Ptr(q_at),
+                Arg::Ptr(k.ptr),
+                Arg::Ptr(v.ptr),
+                Arg::Ptr(pos_at),
+                Arg::Ptr(part.ptr),
+                Arg::I32(g as i32),
+                Arg::I32(m.n_head as i32),
+                Arg::I32(m.n_head_kv as i32),
+                Arg::I32(m.head_dim as i32),
+                Arg::F32(m.scale),
+                Arg::I64(width as i64),
+                rotate,
+                Arg::I32(m.n_ctx as i32),
+                Arg::I32(chunk as i32),
+                Arg::I32(n_splits as i32),
+            ];
+            self.go(node, "attention.cu", &split, shape, &args)?;
+            let heads = (g * m.n_head) as u64;
+            let shape = Launch { grid: heads.div_ceil(ATTN_WARPS as u64) as u32, block: ATTN_WARPS * 32, shared: 0 };
+            let args = [Arg::Ptr(part.ptr), Arg::Ptr(out_at), Arg::I32(g as i32), Arg::I32(m.n_head as i32), Arg::I32(m.head_dim as i32), Arg::I32(n_splits as i32), rotate];
+            self.go(node, "attention.cu", "attn_combine", shape, &args)?;
+        }
+        Ok(())
     }
 
     /// KV store: rows `pos[t]` of the layer's K and V regions get this step's `k[t]`, `v[t]`.

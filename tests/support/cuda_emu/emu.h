@@ -42,6 +42,8 @@ inline int __shfl_xor_sync(unsigned, int v, int m, int = 32) { return (int)emu_s
 inline float __shfl_sync(unsigned, float v, int src, int = 32) { return __uint_as_float(emu_shfl(__float_as_uint(v), src)); }
 inline int __shfl_sync(unsigned, int v, int src, int = 32) { return (int)emu_shfl((uint32_t)v, src); }
 
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __expf(float x) { return expf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
