@@ -147,6 +147,7 @@ step session_back 60 session cpu "$BACKEND"
 
 # 4. Speed on a synthetic Qwen2.5-0.5B Q4_K_M: CUDA, then the CPU for the ratio.
 step synth 60 "$M" synth --like qwen2.5-0.5b-q4_k_m -o "$WORK/synth05.gguf"
+step load 60 "$M" info --backend "$BACKEND" "$WORK/synth05.gguf"
 if [ "$MODE" = device ]; then
   step bench_cuda 150 "$M" bench -m "$WORK/synth05.gguf" --backend cuda -p 512 -n 128 -r 3 -o json
   step bench_cpu 90 "$M" bench -m "$WORK/synth05.gguf" --backend cpu -p 512 -n 128 -r 1 -o json
@@ -208,6 +209,7 @@ def bench(name):
     except Exception as e:
         return {"error": str(e)}
 checks["bench"] = {k: bench(k) for k in ("bench_cuda", "bench_cpu") if k in steps}
+checks["load"] = [l for l in open(f"{work}/load.out").read().splitlines() if l.startswith(("loaded in", "backend "))] if os.path.exists(f"{work}/load.out") else []
 if mode == "device":
     cu = checks["bench"].get("bench_cuda", {})
     checks["bench"]["targets"] = {"tg128 >= 1000": (cu.get("tg128") or 0) >= 1000, "pp512 >= 20000": (cu.get("pp512") or 0) >= 20000}
@@ -219,7 +221,8 @@ md = [f"# minfer device check ({mode}, {report['date']})", "", f"GPU: {report['g
       f"| Qwen3-tiny teacher-forced logits | {ok(checks['logits']['pass'])} | max abs diff {checks['logits']['max_abs_diff']} (target 0.05) over {n} logits, {missing} missing; largest: {worst} |",
       f"| greedy on the decisive prefix | {ok(checks['greedy']['pass'])} | {greedy_checked} steps, {len(greedy_bad)} mismatches |",
       f"| session round trip | {ok(checks['session']['pass'])} | there: exit {steps['session_there']['rc']}, back: exit {steps['session_back']['rc']} |",
-      f"| bench (synthetic 0.5B Q4_K_M) | | {json.dumps({k: v for k, v in checks['bench'].items()})} |", "",
+      f"| bench (synthetic 0.5B Q4_K_M) | | {json.dumps({k: v for k, v in checks['bench'].items()})} |",
+      f"| load (synthetic 0.5B) | | {'; '.join(checks['load'])} |", "",
       "| step | exit | seconds |", "| --- | --- | --- |"] + [f"| {k} | {v['rc']} | {v['seconds']} |" for k, v in steps.items()]
 open(f"{out}/device_report.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))

@@ -50,6 +50,7 @@ fn cuda_is_refused_with_the_probe_reason_and_the_default_run_uses_the_cpu() {
     for (args, env) in [
         ([&run[..], &["--backend", "cuda"]].concat(), vec![]),
         (run.to_vec(), vec![("MINFER_BACKENDS", "cuda")]),
+        (vec!["info", "--backend", "cuda", m], vec![]),
     ] {
         let out = minfer(&args, &env);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -64,4 +65,8 @@ fn cuda_is_refused_with_the_probe_reason_and_the_default_run_uses_the_cpu() {
     let out = minfer(&run, &[]);
     assert!(out.status.success(), "the default run uses the CPU: {}", String::from_utf8_lossy(&out.stderr));
     assert!(!out.stdout.is_empty());
+    // `info --backend` loads the model and reports each backend it was placed on.
+    let out = minfer(&["info", "--backend", "cpu", m], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.lines().any(|l| l.starts_with("backend cpu") && l.contains("weights read from the file's map")), "{text}");
 }

@@ -27,7 +27,38 @@ fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
-pub fn run(out: &mut Out, path: &Path, json: bool, tensors: bool) -> Result<(), CliError> {
+/// What loading on the `--backend` list gave: per backend, (name, device, weight bytes held,
+/// buffer bytes reserved), and the seconds the engine took to be ready.
+struct Loaded {
+    backends: Vec<(String, String, usize, usize)>,
+    seconds: f64,
+}
+
+fn load_on(path: &Path, backends: &str) -> Result<Loaded, CliError> {
+    let t0 = std::time::Instant::now();
+    let file = std::sync::Arc::new(GgufFile::open(path)?);
+    let model = std::sync::Arc::new(crate::models::load_model(file)?);
+    let n_ctx = (model.hparams().n_ctx_train as usize).clamp(1, 4096);
+    let p = crate::generate::EngineParams { n_ctx, backends: Some(backends.to_string()), ..Default::default() };
+    let engine = crate::generate::Engine::new(model, &p)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let registry = crate::backends::registry();
+    let backends = engine
+        .backends()
+        .into_iter()
+        .map(|b| {
+            let entry = registry.entry(b);
+            let name = entry.map_or_else(|| b.to_string(), |e| e.name.to_string());
+            let device = entry.and_then(|e| e.probed.as_ref().ok()).map_or_else(|| "-".to_string(), |d| d.name.clone());
+            let m = engine.memory(b).unwrap_or_default();
+            (name, device, m.weight_bytes, m.bytes_in_use)
+        })
+        .collect();
+    Ok(Loaded { backends, seconds })
+}
+
+pub fn run(out: &mut Out, path: &Path, json: bool, tensors: bool, backend: Option<&str>) -> Result<(), CliError> {
+    let loaded = backend.map(|b| load_on(path, b)).transpose()?;
     let f = GgufFile::open(path)?;
     let hp = HParams::from_gguf(&f);
     let mix = quant_mix(&f);
@@ -46,6 +77,10 @@ pub fn run(out: &mut Out, path: &Path, json: bool, tensors: bool) -> Result<(), 
         match &hp {
             Ok(hp) => v["hparams"] = serde_json::to_value(hp).unwrap_or_default(),
             Err(e) => v["hparams_error"] = json!(e.to_string()),
+        }
+        if let Some(l) = &loaded {
+            v["load_seconds"] = json!(l.seconds);
+            v["backends"] = l.backends.iter().map(|(n, d, w, b)| json!({"name": n, "device": d, "weight_bytes": w, "buffer_bytes": b})).collect();
         }
         if tensors {
             v["tensors"] = f
@@ -85,6 +120,13 @@ pub fn run(out: &mut Out, path: &Path, json: bool, tensors: bool) -> Result<(), 
     out.line("quant mix:")?;
     for (ty, (n, bytes)) in &mix {
         out.line(format!("  {ty:<6} {n:>4} tensors  {}", mib(*bytes)))?;
+    }
+    if let Some(l) = &loaded {
+        out.line(format!("loaded in:         {:.2} s (weights offered to each backend, arenas and KV reserved)", l.seconds))?;
+        for (n, d, w, b) in &l.backends {
+            let weights = if *w > 0 { format!("weights {} on the device", mib(*w as u64)) } else { "weights read from the file's map".to_string() };
+            out.line(format!("backend {n:<10} {d}: {weights}, buffers {}", mib(*b as u64)))?;
+        }
     }
     if tensors {
         out.line(format!("{:<40} {:<7} {:<24} {:>12} {:>12}", "tensor", "type", "dims", "bytes", "offset"))?;

@@ -99,6 +99,11 @@ pub enum Command {
         /// Also list every tensor (name, type, shape, size, offset).
         #[arg(long)]
         tensors: bool,
+        /// Also load the model on these backends (comma-separated, as `run --backend`) and
+        /// report, per backend, its device, the weights it holds and the memory reserved, and
+        /// the load time.
+        #[arg(long)]
+        backend: Option<String>,
     },
     /// Turn text into token ids, as the model's tokenizer does (BOS added when the model asks).
     Tokenize {
@@ -289,7 +294,7 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
         eprintln!("minfer: warning: MINFER_TRACE is recorded by `minfer run` only; this command ignores it");
     }
     let r = match cli.command {
-        Command::Info { model, json, tensors } => info::run(&mut out, &model, json, tensors),
+        Command::Info { model, json, tensors, backend } => info::run(&mut out, &model, json, tensors, backend.as_deref()),
         Command::Tokenize { model, special, json, text } => tokenize::run(&mut out, &model, &text, special, json),
         Command::Template { model, messages, no_generation_prompt } => {
             template::run(&mut out, &model, &messages, !no_generation_prompt)

@@ -122,6 +122,9 @@ pub struct MemoryStats {
     pub peak_bytes: usize,
     /// The cap, where the backend has one.
     pub capacity: Option<usize>,
+    /// Bytes of weight copies the backend holds (not in `bytes_in_use`; 0 for a backend that
+    /// reads the model's memory map).
+    pub weight_bytes: usize,
 }
 
 /// A layer's persistent KV regions: K and V, each `n_ctx` rows of the KV type, on one backend.

@@ -269,7 +269,7 @@ impl BackendImpl for CudaBackend {
     }
 
     fn memory(&self) -> MemoryStats {
-        MemoryStats { capacity: self.cap, ..self.stats }
+        MemoryStats { capacity: self.cap, weight_bytes: self.weight_bytes, ..self.stats }
     }
 
     fn set_tensor(&mut self, dst: TensorRef, offset: usize, data: &[u8]) -> Result<(), GraphError> {

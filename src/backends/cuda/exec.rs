@@ -447,3 +447,51 @@ impl Launcher<'_> {
         self.go(node, "kv.cu", &format!("kv_shift_{}", kv_suffix(m.kv.kv_type)), Self::flat(((n_cells * n_head) as u64).max(1)), &args)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The split-KV partition covers every cell once, in whole chunks of at least 128 cells
+    /// (a multiple of 32), at most 64 splits, and depends on n_ctx alone.
+    #[test]
+    fn attention_splits_cover_the_context() {
+        for n_ctx in [1, 64, 127, 128, 129, 1100, 4096, 8191, 32768, 100_000, 131_072] {
+            let (chunk, n) = attn_split(n_ctx);
+            assert!(chunk >= 128 && chunk.is_multiple_of(32), "n_ctx {n_ctx}: chunk {chunk}");
+            assert!((1..=MAX_SPLITS).contains(&n), "n_ctx {n_ctx}: {n} splits");
+            assert!(chunk * n >= n_ctx && chunk * (n - 1) < n_ctx, "n_ctx {n_ctx}: {n} x {chunk} is not a tight cover");
+        }
+        assert_eq!(attn_split(64), (128, 1));
+        assert_eq!(attn_split(1100), (128, 9));
+        assert_eq!(attn_split(4096), (128, 32));
+        assert_eq!(attn_split(32768), (512, 64));
+    }
+
+    /// The q8 scratch holds the i8 values of every token, then a (d, s) f32 pair per block, the
+    /// pairs 16-byte aligned; the K-quants pair with 256-value blocks, the rest with 32.
+    #[test]
+    fn quantized_activation_layout() {
+        assert_eq!(q8_block(GgmlType::Q4K), Some(256));
+        assert_eq!(q8_block(GgmlType::Q5_0), Some(32));
+        assert_eq!(q8_block(GgmlType::F16), None);
+        // 896 values x 3 tokens of Q8_0: 2688 bytes of values, 28 blocks x 3 x 8 bytes.
+        assert_eq!(q8_scratch_bytes(GgmlType::Q8_0, 896, 3), Some(2688 + 28 * 3 * 8));
+        // 4864 x 1 of Q6_K: 4864 bytes (a multiple of 16), 19 blocks x 8.
+        assert_eq!(q8_scratch_bytes(GgmlType::Q6K, 4864, 1), Some(4864 + 19 * 8));
+        // 7 tokens of 32: 224 -> 224 (aligned), 7 blocks.
+        assert_eq!(q8_scratch_bytes(GgmlType::Q4_0, 32, 7), Some(224 + 7 * 8));
+        assert_eq!(q8_scratch_bytes(GgmlType::Q4_0, 32, 1), Some(32 + 8));
+        assert_eq!(q8_scratch_bytes(GgmlType::BF16, 32, 1), None);
+    }
+
+    #[test]
+    fn every_weight_type_has_a_kernel_suffix_and_whole_rows() {
+        for ty in GgmlType::WEIGHT_TYPES {
+            assert!(type_suffix(ty).is_some(), "{ty:?}");
+            let cols = 256 * 3;
+            assert_eq!(row_bytes(ty, cols), cols / ty.block_size() * ty.type_size());
+        }
+        assert!(kv_rotated(KvType::Q8_0, 128) && !kv_rotated(KvType::Q8_0, 96) && !kv_rotated(KvType::F16, 128));
+    }
+}
