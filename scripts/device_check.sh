@@ -150,6 +150,7 @@ step synth 60 "$M" synth --like qwen2.5-0.5b-q4_k_m -o "$WORK/synth05.gguf"
 step load 60 "$M" info --backend "$BACKEND" "$WORK/synth05.gguf"
 if [ "$MODE" = device ]; then
   step bench_cuda 150 "$M" bench -m "$WORK/synth05.gguf" --backend cuda -p 512 -n 128 -r 3 -o json
+  MINFER_NO_CUDA_GRAPH=1 step bench_cuda_nograph 90 "$M" bench -m "$WORK/synth05.gguf" --backend cuda -p 0 -n 128 -r 2 -o json
   step bench_cpu 90 "$M" bench -m "$WORK/synth05.gguf" --backend cpu -p 512 -n 128 -r 1 -o json
 else
   step bench_cpu 90 "$M" bench -m "$WORK/synth05.gguf" --backend cpu -p 16 -n 4 -r 1 -o json
@@ -208,7 +209,7 @@ def bench(name):
         return {f"{'pp' if r.get('n_prompt') else 'tg'}{r.get('n_prompt') or r.get('n_gen')}": round(r.get("avg_ts"), 1) for r in rows}
     except Exception as e:
         return {"error": str(e)}
-checks["bench"] = {k: bench(k) for k in ("bench_cuda", "bench_cpu") if k in steps}
+checks["bench"] = {k: bench(k) for k in ("bench_cuda", "bench_cuda_nograph", "bench_cpu") if k in steps}
 checks["load"] = [l for l in open(f"{work}/load.out").read().splitlines() if l.startswith(("loaded in", "backend "))] if os.path.exists(f"{work}/load.out") else []
 if mode == "device":
     cu = checks["bench"].get("bench_cuda", {})

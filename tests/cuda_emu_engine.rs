@@ -84,6 +84,11 @@ fn max_diff(a: &[f32], b: &[f32]) -> f64 {
 /// rest), and the same model on the CPU with the scalar kernels: the ggml generic build, whose
 /// dots quantize activations as the CUDA matmul does.
 fn engines(kv_type: KvType) -> (Engine, Engine) {
+    engines_with(kv_type, true).0
+}
+
+/// [`engines`], graph replay on or off, with the emulator's count of replayed graphs.
+fn engines_with(kv_type: KvType, graphs: bool) -> ((Engine, Engine), Arc<std::sync::atomic::AtomicU64>) {
     let file = Arc::new(GgufFile::open(common::model_path(common::QWEN3_TINY)).expect("model opens"));
     let model = Arc::new(load_model(file).expect("model loads"));
     let shared = EngineShared::new(&model, 2).expect("shared");
@@ -91,12 +96,13 @@ fn engines(kv_type: KvType) -> (Engine, Engine) {
     let mut alloc = GraphAllocator::new(registry(), BackendFence::all());
     alloc.enable_backend(Backend::CPU, Box::new(CpuBackend::with_pool(shared.pool.clone()))).expect("cpu");
     let dev = cuda_emu::EmuDevice::new().expect("the emulator runs here");
-    alloc.enable_backend(Backend::CUDA, Box::new(CudaBackend::new(Box::new(dev), None))).expect("cuda");
+    let replays = dev.replays.clone();
+    alloc.enable_backend(Backend::CUDA, Box::new(CudaBackend::new(Box::new(dev), None).with_graphs(graphs))).expect("cuda");
     let gpu = Engine::with_allocator(model.clone(), &p, &shared, alloc).expect("engine on the emulated CUDA backend");
     let mut scalar = GraphAllocator::new(minfer::backends::registry(), BackendFence::all());
     scalar.enable_backend(Backend::CPU, Box::new(CpuBackend::with_pool(shared.pool.clone()).with_isa(KernelIsa::Scalar))).expect("scalar cpu");
     let cpu = Engine::with_allocator(model, &p, &shared, scalar).expect("scalar cpu engine");
-    (gpu, cpu)
+    ((gpu, cpu), replays)
 }
 
 #[test]
@@ -182,4 +188,26 @@ fn a_prefill_row_equals_its_decode_row_on_the_emulated_cuda_backend() {
     let last = gpu.eval(&p[p.len() - 1..], 1).expect("decode the last");
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert!(bits(&whole) == bits(&last), "prefill and decode differ: max |Δ| {}", max_diff(&whole, &last));
+}
+
+/// Decode steps replayed from recorded graphs give the same bits as launched ones, across a
+/// context shift (the K-shift and a KV move drop the graphs, which are recorded again).
+#[test]
+fn replayed_decode_graphs_give_the_launched_bits() {
+    let r = &records()[0];
+    let ((mut on, _), replays) = engines_with(KvType::F32, true);
+    let ((mut off, _), none) = engines_with(KvType::F32, false);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&on.prefill(&r.prompt_ids, None).unwrap()), bits(&off.prefill(&r.prompt_ids, None).unwrap()));
+    for step in 0..6 {
+        if step == 3 {
+            on.context_shift(1, 2).expect("shift");
+            off.context_shift(1, 2).expect("shift");
+        }
+        let t = &r.generated_ids[step..step + 1];
+        assert_eq!(bits(&on.eval(t, 1).unwrap()), bits(&off.eval(t, 1).unwrap()), "step {step}");
+    }
+    let n = replays.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n >= 2, "decode splits were replayed ({n})");
+    assert_eq!(none.load(std::sync::atomic::Ordering::Relaxed), 0, "nothing replayed with graphs off");
 }

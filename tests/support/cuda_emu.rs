@@ -23,7 +23,7 @@ use std::ffi::c_void;
 use std::path::PathBuf;
 use std::process::Command;
 
-use minfer::backends::cuda::device::{Arg, DevPtr, Device, DeviceError, FuncId, Launch};
+use minfer::backends::cuda::device::{Arg, DevPtr, Device, DeviceError, FuncId, GraphId, Launch};
 use minfer::backends::cuda::module_cache;
 use minfer::backends::cuda::nvrtc::Source;
 
@@ -44,6 +44,9 @@ struct Module {
     launch: LaunchFn,
 }
 
+/// The launches of a recorded graph, in order.
+type Recording = Vec<(FuncId, Launch, Vec<Arg>)>;
+
 /// The emulated device.
 pub struct EmuDevice {
     allocs: HashMap<u64, Layout>,
@@ -51,6 +54,13 @@ pub struct EmuDevice {
     /// `(module name, kernel address)` per function id.
     funcs: Vec<(String, usize)>,
     dir: PathBuf,
+    /// Recorded graphs (`None` once dropped) and the one being recorded.
+    graphs: Vec<Option<Recording>>,
+    recording: Option<Recording>,
+    /// Launches run (recorded ones count when replayed).
+    pub launches: u64,
+    /// Graphs replayed, readable after the device is boxed into a backend.
+    pub replays: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl EmuDevice {
@@ -65,7 +75,7 @@ impl EmuDevice {
             return Err("the CUDA emulator needs g++".into());
         }
         let base = option_env!("CARGO_TARGET_TMPDIR").map(PathBuf::from).filter(|p| p.is_dir()).unwrap_or_else(std::env::temp_dir);
-        Ok(EmuDevice { allocs: HashMap::new(), modules: HashMap::new(), funcs: Vec::new(), dir: base.join("cuda-emu") })
+        Ok(EmuDevice { allocs: HashMap::new(), modules: HashMap::new(), funcs: Vec::new(), dir: base.join("cuda-emu"), graphs: Vec::new(), recording: None, launches: 0, replays: Default::default() })
     }
 
     fn compile(&self, src: &Source) -> Result<PathBuf, DeviceError> {
@@ -124,6 +134,9 @@ impl Device for EmuDevice {
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<DevPtr, DeviceError> {
+        if self.recording.is_some() {
+            return Err(DeviceError::new("emulator alloc", "an allocation while launches are recorded"));
+        }
         let layout = Layout::from_size_align(bytes.max(1), 256).map_err(|_| oom(bytes))?;
         // SAFETY: a non-zero-size layout; freed in `free` with the same layout.
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -142,12 +155,18 @@ impl Device for EmuDevice {
     }
 
     fn upload(&mut self, dst: DevPtr, data: &[u8]) -> Result<(), DeviceError> {
+        if self.recording.is_some() {
+            return Err(DeviceError::new("emulator upload", "a transfer while launches are recorded"));
+        }
         // SAFETY: the executor bounds-checked the range inside one allocation.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len()) };
         Ok(())
     }
 
     fn download(&mut self, src: DevPtr, out: &mut [u8]) -> Result<(), DeviceError> {
+        if self.recording.is_some() {
+            return Err(DeviceError::new("emulator download", "a transfer while launches are recorded"));
+        }
         // SAFETY: as `upload`.
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, out.as_mut_ptr(), out.len()) };
         Ok(())
@@ -181,6 +200,11 @@ impl Device for EmuDevice {
     }
 
     fn launch(&mut self, f: FuncId, shape: Launch, args: &[Arg]) -> Result<(), DeviceError> {
+        if let Some(r) = &mut self.recording {
+            r.push((f, shape, args.to_vec()));
+            return Ok(());
+        }
+        self.launches += 1;
         let (module, addr) = self.funcs.get(f.0 as usize).cloned().ok_or_else(|| DeviceError::new("launch", format!("no function #{}", f.0)))?;
         let launch = self.modules[&module].launch;
         let (mut ints, mut floats) = (Vec::new(), Vec::new());
@@ -210,6 +234,37 @@ impl Device for EmuDevice {
 
     fn synchronize(&mut self) -> Result<(), DeviceError> {
         Ok(())
+    }
+
+    fn begin_capture(&mut self) -> Result<bool, DeviceError> {
+        match self.recording {
+            Some(_) => Err(DeviceError::new("begin_capture", "already recording")),
+            None => {
+                self.recording = Some(Vec::new());
+                Ok(true)
+            }
+        }
+    }
+
+    fn end_capture(&mut self) -> Result<GraphId, DeviceError> {
+        let g = self.recording.take().ok_or_else(|| DeviceError::new("end_capture", "not recording"))?;
+        self.graphs.push(Some(g));
+        Ok(GraphId(self.graphs.len() as u32 - 1))
+    }
+
+    fn replay(&mut self, graph: GraphId) -> Result<(), DeviceError> {
+        let launches = self.graphs.get(graph.0 as usize).cloned().flatten().ok_or_else(|| DeviceError::new("replay", format!("no graph #{}", graph.0)))?;
+        self.replays.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for (f, shape, args) in launches {
+            self.launch(f, shape, &args)?;
+        }
+        Ok(())
+    }
+
+    fn drop_graph(&mut self, graph: GraphId) {
+        if let Some(g) = self.graphs.get_mut(graph.0 as usize) {
+            *g = None;
+        }
     }
 }
 

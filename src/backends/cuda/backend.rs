@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::device::{DevPtr, Device, DeviceError, FuncId};
 use super::exec::{self, DevWeight, Launcher, Region};
+use super::graphs::{GraphCache, Plan};
 use crate::graph::{
     Backend, BackendImpl, BufferId, BufferUsage, CNode, FusedOp, GraphError, MemoryStats, NodeMeta, NodeWork, Op, OutOfMemory, SplitWork, TensorRef,
     WeightId, WeightStore,
@@ -37,6 +38,10 @@ pub struct CudaBackend {
     /// The quantized-activation scratch of the matmuls, grown to the largest asked.
     scratch: Option<(DevPtr, usize)>,
     funcs: HashMap<String, FuncId>,
+    /// Recorded decode splits ([`graphs`](super::graphs)).
+    graphs: GraphCache,
+    /// Launches are being recorded (no allocation may happen).
+    recording: bool,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -68,6 +73,8 @@ impl CudaBackend {
             weight_bytes: 0,
             scratch: None,
             funcs: HashMap::new(),
+            graphs: GraphCache::new(super::graphs::enabled_by_env()),
+            recording: false,
         }
     }
 
@@ -80,6 +87,33 @@ impl CudaBackend {
 
     pub fn device_name(&self) -> &str {
         self.dev.name()
+    }
+
+    /// Records and replays decode splits as graphs, or not (default: unless
+    /// `MINFER_NO_CUDA_GRAPH=1`).
+    pub fn with_graphs(mut self, on: bool) -> CudaBackend {
+        self.graphs.enabled = on;
+        self
+    }
+
+    /// `(recorded, replayed)` splits since creation.
+    pub fn graph_counts(&self) -> (u64, u64) {
+        (self.graphs.recorded, self.graphs.replayed)
+    }
+
+    /// Rule 4 of [`graphs`](super::graphs): an address a graph holds may change.
+    fn drop_graphs(&mut self) {
+        for g in self.graphs.invalidate() {
+            self.dev.drop_graph(g);
+        }
+    }
+
+    fn run_split(&mut self, split: &SplitWork) -> Result<(), GraphError> {
+        for w in split.nodes {
+            let node = split.node(w)?;
+            self.run_node(node, w)?;
+        }
+        Ok(())
     }
 
     /// Bytes of weights on the device.
@@ -104,6 +138,10 @@ impl CudaBackend {
         {
             return Ok(Region { ptr, bytes: have });
         }
+        if self.recording {
+            return Err(device_err(self.handle, DeviceError::new("graph capture", format!("the scratch would grow to {bytes} bytes while launches are recorded"))));
+        }
+        self.drop_graphs();
         if let Some((ptr, _)) = self.scratch.take() {
             self.dev.synchronize().map_err(|e| device_err(self.handle, e))?;
             self.dev.free(ptr);
@@ -239,6 +277,7 @@ impl BackendImpl for CudaBackend {
 
     fn alloc_buffer(&mut self, bytes: usize, usage: BufferUsage) -> Result<BufferId, OutOfMemory> {
         let ptr = self.reserve(bytes, usage)?;
+        self.drop_graphs();
         self.stats.allocations += 1;
         self.stats.bytes_in_use += bytes;
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes_in_use);
@@ -258,6 +297,7 @@ impl BackendImpl for CudaBackend {
 
     fn free_buffer(&mut self, id: BufferId) {
         if let Some((ptr, bytes)) = self.buffers.get_mut(id.0 as usize).and_then(Option::take) {
+            self.drop_graphs();
             self.dev.free(ptr);
             self.stats.frees += 1;
             self.stats.bytes_in_use -= bytes;
@@ -304,6 +344,7 @@ impl BackendImpl for CudaBackend {
         if self.weight_names.as_ref().is_some_and(|s| !Arc::ptr_eq(s, store)) {
             self.release_weights();
         }
+        self.drop_graphs();
         self.weight_names = Some(store.clone());
         for &id in ids {
             if self.weights.contains_key(&id) {
@@ -334,9 +375,27 @@ impl BackendImpl for CudaBackend {
             if !super::cuda_supports_node(node) {
                 return Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() });
             }
-            self.run_node(node, w)?;
         }
-        Ok(())
+        let err = |h: Backend| move |e: DeviceError| device_err(h, e);
+        match self.graphs.plan(split) {
+            Plan::Launch => self.run_split(split),
+            Plan::Replay(g) => self.dev.replay(g).map_err(err(self.handle)),
+            Plan::Record(key) => {
+                if !self.dev.begin_capture().map_err(err(self.handle))? {
+                    self.graphs.enabled = false;
+                    return self.run_split(split);
+                }
+                self.recording = true;
+                let ran = self.run_split(split);
+                self.recording = false;
+                // The recording ends whatever happened inside it.
+                let g = self.dev.end_capture().map_err(err(self.handle));
+                ran?;
+                let g = g?;
+                self.graphs.insert(key, g);
+                self.dev.replay(g).map_err(err(self.handle))
+            }
+        }
     }
 
     fn synchronize(&mut self) -> Result<(), GraphError> {

@@ -20,6 +20,10 @@ pub type DevPtr = u64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FuncId(pub u32);
 
+/// A recorded graph of launches ([`Device::begin_capture`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GraphId(pub u32);
+
 /// One kernel argument, by value, in the kernel's parameter order.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Arg {
@@ -80,4 +84,23 @@ pub trait Device: Send {
     fn launch(&mut self, f: FuncId, shape: Launch, args: &[Arg]) -> Result<(), DeviceError>;
     /// Waits for every queued launch and transfer.
     fn synchronize(&mut self) -> Result<(), DeviceError>;
+
+    /// Optional: graph capture (CUDA graphs). From `begin_capture` to `end_capture` launches
+    /// are recorded, not run; [`replay`](Device::replay) runs a recorded graph's launches in
+    /// order with the arguments they were recorded with. No allocation, transfer or
+    /// synchronization may happen while recording. `Ok(false)` (the default): the device cannot
+    /// record, and the executor launches every time.
+    fn begin_capture(&mut self) -> Result<bool, DeviceError> {
+        Ok(false)
+    }
+    /// Ends the recording begun by [`begin_capture`](Device::begin_capture).
+    fn end_capture(&mut self) -> Result<GraphId, DeviceError> {
+        Err(DeviceError::new("end_capture", "this device does not record graphs"))
+    }
+    /// Queues a recorded graph.
+    fn replay(&mut self, _graph: GraphId) -> Result<(), DeviceError> {
+        Err(DeviceError::new("replay", "this device does not record graphs"))
+    }
+    /// Releases a recorded graph.
+    fn drop_graph(&mut self, _graph: GraphId) {}
 }

@@ -1,7 +1,10 @@
 //! The real [`Device`]: the CUDA driver API through cudarc's raw calls, on device 0's primary
-//! context and the legacy default stream (launches and copies in one order; a download
-//! waits for every launch before it). Modules are NVRTC's PTX for the device's virtual
-//! architecture, from the [`module_cache`](super::module_cache).
+//! context and one stream of its own (launches, copies and memsets in one order; an upload or
+//! a download waits for the stream, so host buffers may go as soon as it returns; a graph can
+//! only be captured on such a stream, not on the legacy one). Modules are NVRTC's PTX for the
+//! device's virtual architecture, from the [`module_cache`](super::module_cache). Decode
+//! graphs are captured with `cuStreamBeginCapture` (thread-local mode), instantiated once and
+//! launched with `cuGraphLaunch`.
 //!
 //! This file and `driver.rs` / `nvrtc.rs` are the CUDA backend's FFI modules: every `unsafe`
 //! block here is a driver call on handles this struct created.
@@ -11,7 +14,7 @@ use std::ffi::{CString, c_void};
 
 use cudarc::driver::{result, sys};
 
-use super::device::{Arg, DevPtr, Device, DeviceError, FuncId, Launch};
+use super::device::{Arg, DevPtr, Device, DeviceError, FuncId, GraphId, Launch};
 use super::module_cache;
 use super::nvrtc::Source;
 
@@ -21,8 +24,11 @@ pub struct DriverDevice {
     ctx: sys::CUcontext,
     name: String,
     cc: (i32, i32),
+    stream: sys::CUstream,
     modules: HashMap<String, sys::CUmodule>,
     funcs: Vec<sys::CUfunction>,
+    /// Instantiated graphs (`None` once dropped).
+    graphs: Vec<Option<sys::CUgraphExec>>,
     /// The last module-cache outcome per source (for `minfer info` and the device report).
     pub cache_log: Vec<(String, module_cache::Outcome)>,
 }
@@ -44,9 +50,10 @@ impl DriverDevice {
         let dev = result::device::get(info.ordinal).map_err(|e| err("cuDeviceGet", e))?;
         // SAFETY: `dev` is a valid device handle; the primary context is released in Drop.
         let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
-        let d = DriverDevice { dev, ctx, name: info.name, cc: info.cc, modules: HashMap::new(), funcs: Vec::new(), cache_log: Vec::new() };
-        d.current()?;
-        Ok(d)
+        // SAFETY: the context was just retained.
+        unsafe { result::ctx::set_current(ctx) }.map_err(|e| err("cuCtxSetCurrent", e))?;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| err("cuStreamCreate", e))?;
+        Ok(DriverDevice { dev, ctx, name: info.name, cc: info.cc, stream, modules: HashMap::new(), funcs: Vec::new(), graphs: Vec::new(), cache_log: Vec::new() })
     }
 
     fn current(&self) -> Result<(), DeviceError> {
@@ -76,18 +83,20 @@ impl Device for DriverDevice {
     fn alloc(&mut self, bytes: usize) -> Result<DevPtr, DeviceError> {
         self.current()?;
         // SAFETY: a plain allocation in the current context (at least one byte: cuMemAlloc
-        // refuses zero), zero-filled before it is handed out.
+        // refuses zero), zero-filled on our stream before it is handed out.
         unsafe {
             let p = result::malloc_sync(bytes.max(1)).map_err(|e| err(&format!("cuMemAlloc({bytes})"), e))?;
-            result::memset_d8_sync(p, 0, bytes.max(1)).map_err(|e| err("cuMemsetD8", e))?;
+            result::memset_d8_async(p, 0, bytes.max(1), self.stream).map_err(|e| err("cuMemsetD8Async", e))?;
+            result::stream::synchronize(self.stream).map_err(|e| err("cuStreamSynchronize", e))?;
             Ok(p)
         }
     }
 
     fn free(&mut self, ptr: DevPtr) {
         if self.current().is_ok() {
-            // SAFETY: `ptr` came from `alloc` and the executor frees it once.
-            let _ = unsafe { result::free_sync(ptr) };
+            // SAFETY: `ptr` came from `alloc` and the executor frees it once, after the stream
+            // finished every launch that could use it.
+            let _ = unsafe { result::stream::synchronize(self.stream).and_then(|_| result::free_sync(ptr)) };
         }
     }
 
@@ -96,8 +105,9 @@ impl Device for DriverDevice {
             return Ok(());
         }
         self.current()?;
-        // SAFETY: the executor bounds-checked `dst..dst + data.len()` inside one allocation.
-        unsafe { result::memcpy_htod_sync(dst, data) }.map_err(|e| err("cuMemcpyHtoD", e))
+        // SAFETY: the executor bounds-checked `dst..dst + data.len()` inside one allocation;
+        // `data` outlives the copy (the stream is waited for before returning).
+        unsafe { result::memcpy_htod_async(dst, data, self.stream).and_then(|_| result::stream::synchronize(self.stream)) }.map_err(|e| err("cuMemcpyHtoDAsync", e))
     }
 
     fn download(&mut self, src: DevPtr, out: &mut [u8]) -> Result<(), DeviceError> {
@@ -105,8 +115,8 @@ impl Device for DriverDevice {
             return Ok(());
         }
         self.current()?;
-        // SAFETY: as `upload`; the legacy stream orders it after every queued launch.
-        unsafe { result::memcpy_dtoh_sync(out, src) }.map_err(|e| err("cuMemcpyDtoH", e))
+        // SAFETY: as `upload`; the stream orders it after every queued launch.
+        unsafe { result::memcpy_dtoh_async(out, src, self.stream).and_then(|_| result::stream::synchronize(self.stream)) }.map_err(|e| err("cuMemcpyDtoHAsync", e))
     }
 
     fn copy(&mut self, dst: DevPtr, src: DevPtr, bytes: usize) -> Result<(), DeviceError> {
@@ -115,7 +125,7 @@ impl Device for DriverDevice {
         }
         self.current()?;
         // SAFETY: both ranges were bounds-checked by the executor and do not overlap.
-        unsafe { result::memcpy_dtod_sync(dst, src, bytes) }.map_err(|e| err("cuMemcpyDtoD", e))
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.stream) }.map_err(|e| err("cuMemcpyDtoDAsync", e))
     }
 
     fn function(&mut self, src: Source<'static>, name: &str) -> Result<FuncId, DeviceError> {
@@ -159,19 +169,65 @@ impl Device for DriverDevice {
         let mut params: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
         // SAFETY: `func` is a loaded kernel whose parameters are `args` in order (the
         // executor's launch table); the slots outlive the call, which copies them.
-        unsafe { result::launch_kernel(func, (shape.grid, 1, 1), (shape.block, 1, 1), shape.shared, std::ptr::null_mut(), &mut params) }
+        unsafe { result::launch_kernel(func, (shape.grid, 1, 1), (shape.block, 1, 1), shape.shared, self.stream, &mut params) }
             .map_err(|e| err("cuLaunchKernel", e))
     }
 
     fn synchronize(&mut self) -> Result<(), DeviceError> {
         self.current()?;
-        result::ctx::synchronize().map_err(|e| err("cuCtxSynchronize", e))
+        // SAFETY: our stream, created in `open`.
+        unsafe { result::stream::synchronize(self.stream) }.map_err(|e| err("cuStreamSynchronize", e))
+    }
+
+    fn begin_capture(&mut self) -> Result<bool, DeviceError> {
+        self.current()?;
+        // SAFETY: our stream; thread-local mode refuses unsafe calls from this thread while
+        // capturing, which the executor does not make (no alloc, copy or sync inside).
+        unsafe { result::stream::begin_capture(self.stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
+            .map_err(|e| err("cuStreamBeginCapture", e))?;
+        Ok(true)
+    }
+
+    fn end_capture(&mut self) -> Result<GraphId, DeviceError> {
+        self.current()?;
+        // SAFETY: ends the capture begun on our stream; the graph is instantiated, then its
+        // template destroyed (the executable graph does not need it).
+        let exec = unsafe {
+            let graph = result::stream::end_capture(self.stream).map_err(|e| err("cuStreamEndCapture", e))?;
+            let exec = result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0));
+            let _ = result::graph::destroy(graph);
+            exec.map_err(|e| err("cuGraphInstantiate", e))?
+        };
+        self.graphs.push(Some(exec));
+        Ok(GraphId(self.graphs.len() as u32 - 1))
+    }
+
+    fn replay(&mut self, graph: GraphId) -> Result<(), DeviceError> {
+        let exec = self.graphs.get(graph.0 as usize).copied().flatten().ok_or_else(|| DeviceError::new("cuGraphLaunch", format!("no graph #{}", graph.0)))?;
+        self.current()?;
+        // SAFETY: an instantiated graph of this context, launched on our stream.
+        unsafe { result::graph::launch(exec, self.stream) }.map_err(|e| err("cuGraphLaunch", e))
+    }
+
+    fn drop_graph(&mut self, graph: GraphId) {
+        if let Some(exec) = self.graphs.get_mut(graph.0 as usize).and_then(Option::take)
+            && self.current().is_ok()
+        {
+            // SAFETY: instantiated by `end_capture`, destroyed once (taken out of the table)
+            // after the stream finished any launch of it.
+            let _ = unsafe { result::stream::synchronize(self.stream).and_then(|_| result::graph::exec_destroy(exec)) };
+        }
     }
 }
 
 impl Drop for DriverDevice {
     fn drop(&mut self) {
         if self.current().is_ok() {
+            for g in 0..self.graphs.len() {
+                self.drop_graph(GraphId(g as u32));
+            }
+            // SAFETY: created in `open`, destroyed once, after its work.
+            let _ = unsafe { result::stream::synchronize(self.stream).and_then(|_| result::stream::destroy(self.stream)) };
             for m in self.modules.values() {
                 // SAFETY: loaded by `function`, unloaded once here.
                 let _ = unsafe { result::module::unload(*m) };

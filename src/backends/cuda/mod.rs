@@ -8,6 +8,7 @@
 //! * [`device`]: the raw-device seam ([`Device`]) under the executor, with
 //!   [`driver_device::DriverDevice`] the real one (the tests add a host emulator);
 //! * [`backend`] / [`exec`]: the executor ([`CudaBackend`]) and its node → launch table;
+//! * [`graphs`]: recording decode splits once and replaying them (CUDA graphs);
 //! * [`kernels`]: the CUDA C sources (`kernels/*.cu`, `*.cuh`).
 //!
 //! Status: the kernels are compile-checked (tests/cuda_kernels.rs) and run through this
@@ -19,6 +20,7 @@ pub mod device;
 pub mod driver;
 pub mod driver_device;
 pub mod exec;
+pub mod graphs;
 pub mod kernels;
 pub mod module_cache;
 pub mod nvrtc;

@@ -1,0 +1,152 @@
+//! CUDA graph replay of decode splits: a decode step launches the same kernels with the same
+//! arguments every time (shapes are structure, positions and ids are data in device buffers),
+//! so its launches are recorded once and replayed, which removes the per-launch CPU cost that
+//! bounds a small model's decode.
+//!
+//! Rules (the executor, [`super::CudaBackend::compute`], applies them):
+//! 1. Only **decode-shaped** splits are recorded: every node holds at most one token row
+//!    (the KV views, whose rows are cells, aside). `MINFER_NO_CUDA_GRAPH=1` records nothing.
+//! 2. A split is known by its **key** ([`split_key`]): every node's id, op, output shape and
+//!    metadata that shapes launches, and every region it reads and writes (buffer, offset,
+//!    bytes), KV regions included. Equal keys launch the same kernels with the same arguments.
+//! 3. A key seen for the **first** time runs normally (it may grow the scratch, compile
+//!    kernels); the **second** time it is recorded and replayed; afterwards replayed.
+//! 4. Every graph is dropped when an address it holds may change: a buffer allocated or freed,
+//!    weights (re)loaded, the scratch regrown.
+
+use std::collections::{HashMap, HashSet};
+
+use super::device::GraphId;
+use crate::graph::{CNode, NodeMeta, SplitWork, TensorRef};
+
+/// Environment variable that turns graph replay off (`1`).
+pub const NO_GRAPH_ENV: &str = "MINFER_NO_CUDA_GRAPH";
+
+/// Is replay on (`MINFER_NO_CUDA_GRAPH` is not `1`)?
+pub fn enabled_by_env() -> bool {
+    std::env::var(NO_GRAPH_ENV).map_or(true, |v| v != "1")
+}
+
+/// Rule 1: does every node hold at most one token row?
+pub fn decode_shaped(split: &SplitWork) -> bool {
+    split.nodes.iter().all(|w| match split.graph.nodes.get(w.node) {
+        Some(n) => n.op.binds_kv_region() || n.out_shape[1] <= 1,
+        None => false,
+    })
+}
+
+struct Fnv(u64);
+
+impl Fnv {
+    fn eat(&mut self, v: u64) {
+        for b in v.to_le_bytes() {
+            self.0 ^= b as u64;
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn region(&mut self, t: &TensorRef) {
+        self.eat(t.buf.backend.id() as u64);
+        self.eat(t.buf.id.0 as u64);
+        self.eat(t.offset as u64);
+        self.eat(t.bytes as u64);
+    }
+    fn str(&mut self, s: &str) {
+        self.eat(s.len() as u64);
+        s.bytes().for_each(|b| self.eat(b as u64));
+    }
+}
+
+fn meta(h: &mut Fnv, n: &CNode) {
+    h.str(n.meta.kind_name());
+    match &n.meta {
+        NodeMeta::MatMul(m) => [m.weight.0 as u64, m.bias.map_or(u64::MAX, |b| b.0 as u64), m.in_dim as u64, m.out_dim as u64, m.weight_type.id() as u64].into_iter().for_each(|v| h.eat(v)),
+        NodeMeta::Embed(m) => [m.weight.0 as u64, m.n_embd as u64].into_iter().for_each(|v| h.eat(v)),
+        NodeMeta::Norm(m) => h.eat(m.weight.map_or(u64::MAX, |w| w.0 as u64)),
+        NodeMeta::Rope(m) => [m.n_head as u64, m.head_dim as u64, m.n_rot as u64, m.freq_base.to_bits() as u64].into_iter().for_each(|v| h.eat(v)),
+        NodeMeta::Attn(m) => [m.n_head as u64, m.n_head_kv as u64, m.head_dim as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.scale.to_bits() as u64].into_iter().for_each(|v| h.eat(v)),
+        NodeMeta::Kvcache(m) => [m.n_embd_kv as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.head_dim as u64].into_iter().for_each(|v| h.eat(v)),
+        NodeMeta::KvShift(m) => [m.kv.n_ctx as u64, m.kv.kv_type.tag() as u64, m.rope.n_rot as u64].into_iter().for_each(|v| h.eat(v)),
+        NodeMeta::None => {}
+    }
+}
+
+/// Rule 2: the key of a split.
+pub fn split_key(split: &SplitWork) -> u64 {
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    h.eat(split.nodes.len() as u64);
+    for w in split.nodes {
+        h.eat(w.node as u64);
+        if let Some(n) = split.graph.nodes.get(w.node) {
+            h.str(n.op.name());
+            h.str(&format!("{:?}", n.op));
+            n.out_shape.iter().for_each(|&d| h.eat(d as u64));
+            meta(&mut h, n);
+        }
+        h.region(&w.out);
+        h.eat(w.srcs.len() as u64);
+        w.srcs.iter().for_each(|t| h.region(t));
+        match &w.kv {
+            Some(kv) => {
+                h.region(&kv.k);
+                h.region(&kv.v);
+            }
+            None => h.eat(u64::MAX),
+        }
+    }
+    h.0
+}
+
+/// What to do with a split (rule 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Launch its kernels (first sight, not decode-shaped, or replay off).
+    Launch,
+    /// Record its launches under this key, then replay them.
+    Record(u64),
+    /// Replay this graph.
+    Replay(GraphId),
+}
+
+/// The recorded graphs and the keys seen once.
+#[derive(Debug, Default)]
+pub struct GraphCache {
+    pub enabled: bool,
+    graphs: HashMap<u64, GraphId>,
+    seen: HashSet<u64>,
+    /// Splits recorded and replayed since creation (for tests and reports).
+    pub recorded: u64,
+    pub replayed: u64,
+}
+
+impl GraphCache {
+    pub fn new(enabled: bool) -> GraphCache {
+        GraphCache { enabled, ..GraphCache::default() }
+    }
+
+    pub fn plan(&mut self, split: &SplitWork) -> Plan {
+        if !self.enabled || !decode_shaped(split) {
+            return Plan::Launch;
+        }
+        let key = split_key(split);
+        if let Some(&g) = self.graphs.get(&key) {
+            self.replayed += 1;
+            return Plan::Replay(g);
+        }
+        match self.seen.insert(key) {
+            true => Plan::Launch,
+            false => Plan::Record(key),
+        }
+    }
+
+    pub fn insert(&mut self, key: u64, g: GraphId) {
+        self.recorded += 1;
+        self.replayed += 1;
+        self.graphs.insert(key, g);
+    }
+
+    /// Rule 4: forgets every graph and key; returns the graphs for the device to release.
+    pub fn invalidate(&mut self) -> Vec<GraphId> {
+        self.seen.clear();
+        self.graphs.drain().map(|(_, g)| g).collect()
+    }
+}
