@@ -8,7 +8,8 @@
 //!   block, grid-stride with at most [`MAX_GRID`] blocks;
 //! * RMS norm / q-k norm: one block of 256 threads per row (a block-wide sum);
 //! * matmul: the activations quantized first (one thread per block), then one warp per
-//!   (row, token), 4 warps per block; float weights skip the quantization (generic kernel);
+//!   (row, tile of 8 tokens), 4 warps per block: each weight block is decoded once per tile;
+//!   float weights skip the quantization (generic kernel, one warp per (row, token));
 //! * get_rows: one block per output row;
 //! * attention: one warp per (token, head, split of the cells), 4 warps per block, then one warp
 //!   per (token, head) merging the splits: a long context spreads one query over the GPU.
@@ -24,8 +25,10 @@ use crate::quants::GgmlType;
 pub const MAX_GRID: u64 = 65_535;
 /// Threads per block of the element-wise launches.
 const BLOCK: u32 = 256;
-/// Warps per block of the generic matmul.
+/// Warps per block of the matmuls.
 const MATMUL_WARPS: u32 = 4;
+/// Tokens per warp of the 8-bit matmul (`TILE_T` in matmul_q8.cu).
+const Q8_TILE_TOKENS: usize = 8;
 /// Warps per block of the attention kernels (`ATTN_WARPS` in attention.cu).
 const ATTN_WARPS: u32 = 4;
 /// Tokens per attention launch pair (bounds the partials' scratch; results do not depend on it).
@@ -271,6 +274,8 @@ impl Launcher<'_> {
                         self.go(node, "matmul_q8.cu", quantize, Self::flat(blocks.max(1)), &[Arg::Ptr(x.ptr), Arg::Ptr(qs), Arg::Ptr(ds), Arg::I32(cols as i32), Arg::I32(nt as i32)])?;
                         let mut args = vec![Arg::Ptr(w), Arg::Ptr(qs), Arg::Ptr(ds), Arg::Ptr(bias), Arg::Ptr(out.ptr)];
                         args.extend(dims);
+                        let tiles = (rows * nt.div_ceil(Q8_TILE_TOKENS)) as u64;
+                        let shape = Launch { grid: tiles.div_ceil(MATMUL_WARPS as u64).max(1) as u32, block: MATMUL_WARPS * 32, shared: 0 };
                         self.go(node, "matmul_q8.cu", &format!("matmul_q8_{suffix}"), shape, &args)
                     }
                     _ => {

@@ -9,9 +9,9 @@
 //   ties) maps to -127: iscale = -127 / max, q = min(127, rint(iscale * x)), d = 1 / iscale
 //   (ggml's quantize_row_q8_K_ref). Stored as qs [nt][k] and ds [nt][k/256] (d, 0).
 //
-// The dot: one warp per (row, token), lanes striding over blocks (32-value types) or 16-value
-// groups (K-quants), the per-lane sums reduced by a warp sum. Every (row, token) is summed the
-// same way whatever the number of tokens, so a prefill row equals its decode row bit for bit.
+// The dot: one warp per (row, tile of up to TILE_T tokens), lanes striding over blocks
+// (32-value types) or 16-value groups (K-quants), each weight block decoded once per tile, the
+// per-lane sums reduced by a warp sum per token.
 #include "quants.cuh"
 
 // One thread per 32-value block of `x` [n_tokens][n_cols].
@@ -63,72 +63,95 @@ extern "C" __global__ void quantize_q8_k(const float *x, i8 *qs, float *ds, int 
     }
 }
 
-// A lane's share of one (row, token) dot, per type. 32-value types: per block,
-// a * d * sum(q_w * q_x) + b * (S ? s : d * sum(q_x)), where S says the pair is Q8_1 (the offset
-// uses the activation block's stored s, as ggml's q4_1/q5_1 dots do).
-#define LANE_DOT_32(T, S)                                                                            \
-    __device__ __forceinline__ float lane_dot_##T(const u8 *row, const i8 *xt, const float *dt,      \
-                                                  int n_cols, int lane) {                            \
-        float s = 0.0f;                                                                              \
-        for (int blk = lane; blk < n_cols / 32; blk += WARP) {                                       \
-            int sumi = 0, sumx = 0;                                                                  \
-            for (int j = 0; j < 32; ++j) {                                                           \
-                const int xv = xt[32 * blk + j];                                                     \
-                sumi += qi_##T(row, 32 * blk + j) * xv;                                              \
-                sumx += xv;                                                                          \
-            }                                                                                        \
+// Tokens per warp: a warp decodes each weight block once and dots it with the activations of
+// up to TILE_T tokens (the prefill's weight reuse). Every (row, token) is summed by the same
+// instructions in the same order whatever the tile holds, so a decode (one token) and a
+// prefill give the same bits.
+#define TILE_T 8
+
+// A lane's share of the dots of one row with a tile of `nt` tokens (xq, xd at the tile's first
+// token), into s[0..TILE_T]. 32-value types: per block, a * d * sum(q_w * q_x) + b * (S ? s :
+// d * sum(q_x)), where S says the pair is Q8_1 (the offset uses the activation block's stored
+// s, as ggml's q4_1/q5_1 dots do).
+#define LANE_DOTS_32(T, S)                                                                           \
+    __device__ __forceinline__ void lane_dots_##T(const u8 *row, const i8 *xq, const float *xd,      \
+                                                  int n_cols, int nt, int lane, float *s) {          \
+        const int nb = n_cols / 32;                                                                  \
+        for (int blk = lane; blk < nb; blk += WARP) {                                                \
+            int qw[32];                                                                              \
+            for (int j = 0; j < 32; ++j) qw[j] = qi_##T(row, 32 * blk + j);                          \
             float a, b;                                                                              \
             ab_##T(row, 2 * blk, &a, &b);                                                            \
-            const float d = dt[2 * blk];                                                             \
-            s += a * d * (float)sumi + b * (S ? dt[2 * blk + 1] : d * (float)sumx);                  \
+            _Pragma("unroll") for (int tt = 0; tt < TILE_T; ++tt) {                                  \
+                if (tt >= nt) break;                                                                 \
+                const i8 *xt = xq + (i64)tt * n_cols + 32 * blk;                                     \
+                const float *dt = xd + ((i64)tt * nb + blk) * 2;                                     \
+                int sumi = 0, sumx = 0;                                                              \
+                for (int j = 0; j < 32; ++j) {                                                       \
+                    sumi += qw[j] * xt[j];                                                           \
+                    sumx += xt[j];                                                                   \
+                }                                                                                    \
+                s[tt] += a * dt[0] * (float)sumi + b * (S ? dt[1] : dt[0] * (float)sumx);            \
+            }                                                                                        \
         }                                                                                            \
-        return s;                                                                                    \
     }
 
 // K-quants: per 16-value group, d_x * (a * sum(q_w * q_x) + b * sum(q_x)).
-#define LANE_DOT_K(T)                                                                                \
-    __device__ __forceinline__ float lane_dot_##T(const u8 *row, const i8 *xt, const float *dt,      \
-                                                  int n_cols, int lane) {                            \
-        float s = 0.0f;                                                                              \
+#define LANE_DOTS_K(T)                                                                               \
+    __device__ __forceinline__ void lane_dots_##T(const u8 *row, const i8 *xq, const float *xd,      \
+                                                  int n_cols, int nt, int lane, float *s) {          \
+        const int nb = n_cols / 256;                                                                 \
         for (int g = lane; g < n_cols / 16; g += WARP) {                                             \
-            int sumi = 0, sumx = 0;                                                                  \
-            for (int j = 0; j < 16; ++j) {                                                           \
-                const int xv = xt[16 * g + j];                                                       \
-                sumi += qi_##T(row, 16 * g + j) * xv;                                                \
-                sumx += xv;                                                                          \
-            }                                                                                        \
+            int qw[16];                                                                              \
+            for (int j = 0; j < 16; ++j) qw[j] = qi_##T(row, 16 * g + j);                            \
             float a, b;                                                                              \
             ab_##T(row, g, &a, &b);                                                                  \
-            s += dt[2 * (g / 16)] * (a * (float)sumi + b * (float)sumx);                             \
+            _Pragma("unroll") for (int tt = 0; tt < TILE_T; ++tt) {                                  \
+                if (tt >= nt) break;                                                                 \
+                const i8 *xt = xq + (i64)tt * n_cols + 16 * g;                                       \
+                int sumi = 0, sumx = 0;                                                              \
+                for (int j = 0; j < 16; ++j) {                                                       \
+                    sumi += qw[j] * xt[j];                                                           \
+                    sumx += xt[j];                                                                   \
+                }                                                                                    \
+                s[tt] += xd[((i64)tt * nb + g / 16) * 2] * (a * (float)sumi + b * (float)sumx);      \
+            }                                                                                        \
         }                                                                                            \
-        return s;                                                                                    \
     }
 
-// The kernel of type T whose activations come in blocks of B values.
+// The kernel of type T whose activations come in blocks of B values: one warp per (row, tile of
+// TILE_T tokens).
 #define MATMUL_Q8(T, B)                                                                              \
     extern "C" __global__ void matmul_q8_##T(const u8 *w, const i8 *xq, const float *xd,             \
                                              const float *bias, float *y, int n_rows, int n_cols,    \
                                              int n_tokens, i64 row_bytes) {                          \
         const int warps = blockDim.x / WARP;                                                         \
         const i64 item = (i64)blockIdx.x * warps + threadIdx.x / WARP;                               \
-        if (item >= (i64)n_rows * n_tokens) return;                                                  \
-        const int r = item % n_rows, t = item / n_rows;                                              \
-        const float *dt = xd + (i64)t * (n_cols / B) * 2;                                            \
-        float s = lane_dot_##T(w + (i64)r * row_bytes, xq + (i64)t * n_cols, dt, n_cols, threadIdx.x % WARP); \
-        s = warp_sum(s);                                                                             \
-        if (threadIdx.x % WARP == 0) y[(i64)t * n_rows + r] = s + (bias ? bias[r] : 0.0f);           \
+        const int n_tiles = (n_tokens + TILE_T - 1) / TILE_T;                                        \
+        if (item >= (i64)n_rows * n_tiles) return;                                                   \
+        const int r = item % n_rows, t0 = (item / n_rows) * TILE_T;                                  \
+        const int nt = min(TILE_T, n_tokens - t0);                                                   \
+        float s[TILE_T];                                                                             \
+        _Pragma("unroll") for (int tt = 0; tt < TILE_T; ++tt) s[tt] = 0.0f;                          \
+        lane_dots_##T(w + (i64)r * row_bytes, xq + (i64)t0 * n_cols, xd + (i64)t0 * (n_cols / B) * 2, \
+                      n_cols, nt, threadIdx.x % WARP, s);                                            \
+        _Pragma("unroll") for (int tt = 0; tt < TILE_T; ++tt) {                                      \
+            const float v = warp_sum(s[tt]);                                                         \
+            if (tt < nt && threadIdx.x % WARP == 0)                                                  \
+                y[(i64)(t0 + tt) * n_rows + r] = v + (bias ? bias[r] : 0.0f);                        \
+        }                                                                                            \
     }
 
-LANE_DOT_32(q4_0, 0)
-LANE_DOT_32(q4_1, 1)
-LANE_DOT_32(q5_0, 0)
-LANE_DOT_32(q5_1, 1)
-LANE_DOT_32(q8_0, 0)
-LANE_DOT_K(q2_k)
-LANE_DOT_K(q3_k)
-LANE_DOT_K(q4_k)
-LANE_DOT_K(q5_k)
-LANE_DOT_K(q6_k)
+LANE_DOTS_32(q4_0, 0)
+LANE_DOTS_32(q4_1, 1)
+LANE_DOTS_32(q5_0, 0)
+LANE_DOTS_32(q5_1, 1)
+LANE_DOTS_32(q8_0, 0)
+LANE_DOTS_K(q2_k)
+LANE_DOTS_K(q3_k)
+LANE_DOTS_K(q4_k)
+LANE_DOTS_K(q5_k)
+LANE_DOTS_K(q6_k)
 
 MATMUL_Q8(q4_0, 32)
 MATMUL_Q8(q4_1, 32)
