@@ -150,3 +150,60 @@ impl GraphCache {
         self.graphs.drain().map(|(_, g)| g).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Backend, BufRef, BufferId, DType, GraphBuilder, NodeWork};
+
+    fn region(offset: usize, bytes: usize) -> TensorRef {
+        TensorRef { buf: BufRef { backend: Backend::CUDA, id: BufferId(0) }, offset, bytes, dtype: DType::F32 }
+    }
+
+    /// `a + b` over `nt` tokens of 8 values, its regions at `at`.
+    fn split(nt: usize, at: usize) -> (crate::graph::ComputeGraph, Vec<NodeWork>) {
+        let mut b = GraphBuilder::new();
+        let x = b.input("a", [8, nt, 1, 1], DType::F32);
+        let y = b.input("b", [8, nt, 1, 1], DType::F32);
+        let s = b.add(x, y).expect("add");
+        let g = b.build();
+        let bytes = 32 * nt;
+        let work = vec![NodeWork { node: s, out: region(at + 2 * bytes, bytes), srcs: vec![region(at, bytes), region(at + bytes, bytes)], kv: None }];
+        (g, work)
+    }
+
+    #[test]
+    fn keys_follow_shapes_and_regions() {
+        let key = |nt, at| {
+            let (g, w) = split(nt, at);
+            split_key(&SplitWork { graph: &g, backend: Backend::CUDA, nodes: &w })
+        };
+        assert_eq!(key(1, 0), key(1, 0), "the same split, the same key");
+        assert_ne!(key(1, 0), key(1, 64), "other regions, another key");
+        assert_ne!(key(1, 0), key(2, 0), "another shape, another key");
+        let (g, w) = split(1, 0);
+        assert!(decode_shaped(&SplitWork { graph: &g, backend: Backend::CUDA, nodes: &w }));
+        let (g, w) = split(2, 0);
+        assert!(!decode_shaped(&SplitWork { graph: &g, backend: Backend::CUDA, nodes: &w }), "two token rows are a prefill");
+    }
+
+    /// Rule 3: launch, record, replay; rule 4: after an invalidation, launch again; prefills and
+    /// a disabled cache always launch.
+    #[test]
+    fn a_key_is_launched_then_recorded_then_replayed() {
+        let (g, w) = split(1, 0);
+        let s = SplitWork { graph: &g, backend: Backend::CUDA, nodes: &w };
+        let mut c = GraphCache::new(true);
+        assert_eq!(c.plan(&s), Plan::Launch);
+        let Plan::Record(k) = c.plan(&s) else { panic!("the second sight records") };
+        c.insert(k, GraphId(7));
+        assert_eq!(c.plan(&s), Plan::Replay(GraphId(7)));
+        assert_eq!(c.invalidate(), vec![GraphId(7)]);
+        assert_eq!(c.plan(&s), Plan::Launch, "forgotten keys start over");
+        let (g2, w2) = split(4, 0);
+        let prefill = SplitWork { graph: &g2, backend: Backend::CUDA, nodes: &w2 };
+        assert_eq!([c.plan(&prefill), c.plan(&prefill), c.plan(&prefill)], [Plan::Launch; 3]);
+        let mut off = GraphCache::new(false);
+        assert_eq!([off.plan(&s), off.plan(&s), off.plan(&s)], [Plan::Launch; 3]);
+    }
+}
