@@ -379,6 +379,11 @@ impl BackendImpl for CudaBackend {
         let err = |h: Backend| move |e: DeviceError| device_err(h, e);
         match self.graphs.plan(split) {
             Plan::Launch => self.run_split(split),
+            Plan::First(key) => {
+                self.run_split(split)?;
+                self.graphs.saw(key);
+                Ok(())
+            }
             Plan::Replay(g) => self.dev.replay(g).map_err(err(self.handle)),
             Plan::Record(key) => {
                 if !self.dev.begin_capture().map_err(err(self.handle))? {
@@ -388,8 +393,11 @@ impl BackendImpl for CudaBackend {
                 self.recording = true;
                 let ran = self.run_split(split);
                 self.recording = false;
-                // The recording ends whatever happened inside it.
+                // The recording ends whatever happened inside it; a failed one is dropped.
                 let g = self.dev.end_capture().map_err(err(self.handle));
+                if let (Err(_), Ok(g)) = (&ran, &g) {
+                    self.dev.drop_graph(*g);
+                }
                 ran?;
                 let g = g?;
                 self.graphs.insert(key, g);

@@ -64,6 +64,16 @@ impl DriverDevice {
     fn arch(&self) -> String {
         format!("compute_{}{}", self.cc.0, self.cc.1)
     }
+
+    /// `src` compiled by NVRTC to a cubin for this device (`sm_XY`) and loaded.
+    fn load_cubin(&self, src: Source<'static>) -> Result<sys::CUmodule, String> {
+        let arch = format!("sm_{}{}", self.cc.0, self.cc.1);
+        match super::nvrtc::compile(src, &arch, &[]).map_err(|e| e.to_string())?.image {
+            // SAFETY: a cubin image NVRTC produced, alive for the call.
+            super::nvrtc::Image::Cubin(bin) => unsafe { result::module::load_data(bin.as_ptr() as *const c_void) }.map_err(|e| err("cuModuleLoadData(cubin)", e).reason),
+            super::nvrtc::Image::Ptx(_) => Err(format!("NVRTC gave PTX for {arch}")),
+        }
+    }
 }
 
 impl Device for DriverDevice {
@@ -137,7 +147,12 @@ impl Device for DriverDevice {
                 self.cache_log.push((src.name.to_string(), outcome));
                 let image = CString::new(ptx).map_err(|_| DeviceError::new(format!("load {}", src.name), "PTX with a NUL byte"))?;
                 // SAFETY: `image` is a NUL-terminated PTX text that outlives the call.
-                let m = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.map_err(|e| err(&format!("cuModuleLoadData({})", src.name), e))?;
+                let m = match unsafe { result::module::load_data(image.as_ptr() as *const c_void) } {
+                    Ok(m) => m,
+                    // A driver older than NVRTC refuses its PTX version: a cubin for the
+                    // device's own architecture needs no JIT.
+                    Err(ptx_err) => self.load_cubin(src).map_err(|e| DeviceError::new(format!("cuModuleLoadData({})", src.name), format!("{}; as a cubin: {e}", err("PTX", ptx_err).reason)))?,
+                };
                 self.modules.insert(src.name.to_string(), m);
                 m
             }

@@ -236,7 +236,10 @@ impl Launcher<'_> {
                     return Err(GraphError::DimMismatch { node: node.name.clone(), what: "norm rows", expected: row, got: out.f32s() });
                 }
                 let rows = (out.f32s() / row) as u32;
-                let shape = Launch { grid: rows.max(1), block: BLOCK, shared: 0 };
+                if rows == 0 {
+                    return Ok(());
+                }
+                let shape = Launch { grid: rows, block: BLOCK, shared: 0 };
                 self.go(node, "norm.cu", "rms_norm_f32", shape, &[Arg::Ptr(x.ptr), Arg::Ptr(w), Arg::Ptr(out.ptr), Arg::I32(row as i32), Arg::F32(*eps)])
             }
             Op::MatMul => {

@@ -10,7 +10,8 @@
 //!    metadata that shapes launches, and every region it reads and writes (buffer, offset,
 //!    bytes), KV regions included. Equal keys launch the same kernels with the same arguments.
 //! 3. A key seen for the **first** time runs normally (it may grow the scratch, compile
-//!    kernels); the **second** time it is recorded and replayed; afterwards replayed.
+//!    kernels); once that run succeeded, the **second** sight is recorded and replayed;
+//!    afterwards replayed. A recording that fails is dropped.
 //! 4. Every graph is dropped when an address it holds may change: a buffer allocated or freed,
 //!    weights (re)loaded, the scratch regrown.
 
@@ -65,7 +66,19 @@ fn meta(h: &mut Fnv, n: &CNode) {
         NodeMeta::Rope(m) => [m.n_head as u64, m.head_dim as u64, m.n_rot as u64, m.freq_base.to_bits() as u64].into_iter().for_each(|v| h.eat(v)),
         NodeMeta::Attn(m) => [m.n_head as u64, m.n_head_kv as u64, m.head_dim as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.scale.to_bits() as u64].into_iter().for_each(|v| h.eat(v)),
         NodeMeta::Kvcache(m) => [m.n_embd_kv as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.head_dim as u64].into_iter().for_each(|v| h.eat(v)),
-        NodeMeta::KvShift(m) => [m.kv.n_ctx as u64, m.kv.kv_type.tag() as u64, m.rope.n_rot as u64].into_iter().for_each(|v| h.eat(v)),
+        NodeMeta::KvShift(m) => [
+            m.kv.n_ctx as u64,
+            m.kv.n_embd_kv as u64,
+            m.kv.head_dim as u64,
+            m.kv.kv_type.tag() as u64,
+            m.rope.n_head as u64,
+            m.rope.head_dim as u64,
+            m.rope.n_rot as u64,
+            m.rope.freq_base.to_bits() as u64,
+            matches!(m.style, crate::graph::RopeStyle::NonInterleaved) as u64,
+        ]
+        .into_iter()
+        .for_each(|v| h.eat(v)),
         NodeMeta::None => {}
     }
 }
@@ -99,8 +112,10 @@ pub fn split_key(split: &SplitWork) -> u64 {
 /// What to do with a split (rule 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
-    /// Launch its kernels (first sight, not decode-shaped, or replay off).
+    /// Launch its kernels (not decode-shaped, or replay off).
     Launch,
+    /// Launch its kernels, first sight of this key: [`GraphCache::saw`] it once they ran.
+    First(u64),
     /// Record its launches under this key, then replay them.
     Record(u64),
     /// Replay this graph.
@@ -132,10 +147,15 @@ impl GraphCache {
             self.replayed += 1;
             return Plan::Replay(g);
         }
-        match self.seen.insert(key) {
-            true => Plan::Launch,
-            false => Plan::Record(key),
+        match self.seen.contains(&key) {
+            false => Plan::First(key),
+            true => Plan::Record(key),
         }
+    }
+
+    /// A first sight ran without error (a failed one is not recorded next time).
+    pub fn saw(&mut self, key: u64) {
+        self.seen.insert(key);
     }
 
     pub fn insert(&mut self, key: u64, g: GraphId) {
@@ -194,12 +214,14 @@ mod tests {
         let (g, w) = split(1, 0);
         let s = SplitWork { graph: &g, backend: Backend::CUDA, nodes: &w };
         let mut c = GraphCache::new(true);
-        assert_eq!(c.plan(&s), Plan::Launch);
+        let Plan::First(k0) = c.plan(&s) else { panic!("the first sight launches") };
+        assert_eq!(c.plan(&s), Plan::First(k0), "a first sight that did not run to the end is a first sight again");
+        c.saw(k0);
         let Plan::Record(k) = c.plan(&s) else { panic!("the second sight records") };
         c.insert(k, GraphId(7));
         assert_eq!(c.plan(&s), Plan::Replay(GraphId(7)));
         assert_eq!(c.invalidate(), vec![GraphId(7)]);
-        assert_eq!(c.plan(&s), Plan::Launch, "forgotten keys start over");
+        assert_eq!(c.plan(&s), Plan::First(k), "forgotten keys start over");
         let (g2, w2) = split(4, 0);
         let prefill = SplitWork { graph: &g2, backend: Backend::CUDA, nodes: &w2 };
         assert_eq!([c.plan(&prefill), c.plan(&prefill), c.plan(&prefill)], [Plan::Launch; 3]);

@@ -95,14 +95,20 @@ extern "C" __global__ void attn_combine(const float *part, float *out, int n_tok
     if (th >= (i64)n_tokens * n_head) return;
     float *os = os_all[warp];
     const float *p = part + th * n_splits * (head_dim + 2);
+    // The largest split maximum; a NaN one (a NaN score) wins, so it reaches the output as on
+    // the CPU. An empty split's maximum is -inf and it weighs nothing.
     float m = NEG_INF;
-    for (int s = 0; s < n_splits; ++s) m = fmaxf(m, p[s * (head_dim + 2)]);
+    for (int s = 0; s < n_splits; ++s) {
+        const float x = p[s * (head_dim + 2)];
+        if (x > m || x != x) m = x;
+        if (m != m) break;
+    }
     float l = 0.0f;
     float acc[PER_LANE];
     for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.0f;
     for (int s = 0; s < n_splits; ++s) {
         const float *ps = p + s * (head_dim + 2);
-        const float w = ps[1] > 0.0f ? expf(ps[0] - m) : 0.0f;
+        const float w = ps[0] == NEG_INF ? 0.0f : expf(ps[0] - m);
         l += w * ps[1];
         for (int i = 0, d = lane; d < head_dim; ++i, d += WARP) acc[i] += w * ps[2 + d];
     }

@@ -1,21 +1,25 @@
 // KV cache stores: this step's rows x[t] (width = n_head_kv * head_dim values) go to cell
-// pos[t] of a layer's region, as f32, f16 (round to nearest even) or packed Q8_0 rows
-// (ggml's quantize_row_q8_0: d = amax / 127 stored as f16, q = round(x / d) with 1/d from the
-// unrounded d). Q8_0 rows are rotated first, each 64-value chunk of a head by the orthonormal
+// pos[t] of a layer's region, as f32, f16 (round to nearest even) or packed Q8_0 rows (as the
+// CPU's quantize_row_q8_0, below). Q8_0 rows are rotated first, each 64-value chunk of a head by the orthonormal
 // Walsh-Hadamard matrix (when head_dim is a multiple of 64), as the CPU backend does. A cell
 // outside 0..n_ctx is not written (the engine validates positions before they reach a device).
 #include "quants.cuh"
 #include "hadamard.cuh"
 
+// As the CPU's quantize_row_q8_0 (ggml's x86 path): d = amax / 127 stored as f16,
+// q = rint(x * 127 / amax) (ties to even), saturated to i8.
 __device__ void quantize_q8_0_block(const float *v, u8 *out) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
     const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     const u16 dh = f32_to_f16(d);
     out[0] = dh & 0xFF;
     out[1] = dh >> 8;
-    for (int i = 0; i < 32; ++i) out[2 + i] = (u8)(i8)roundf(v[i] * id);
+    for (int i = 0; i < 32; ++i) {
+        const int q = (int)rintf(v[i] * id);
+        out[2 + i] = (u8)(i8)(q < -128 ? -128 : (q > 127 ? 127 : q));
+    }
 }
 
 extern "C" __global__ void kv_store_f32(const float *x, const i32 *pos, u8 *region, int n_tokens, int width, int n_ctx) {

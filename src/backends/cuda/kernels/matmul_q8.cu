@@ -70,10 +70,11 @@ extern "C" __global__ void quantize_q8_k(const float *x, i8 *qs, float *ds, int 
 #define TILE_T 8
 
 // A lane's share of the dots of one row with a tile of `nt` tokens (xq, xd at the tile's first
-// token), into s[0..TILE_T]. 32-value types: per block, a * d * sum(q_w * q_x) + b * (S ? s :
-// d * sum(q_x)), where S says the pair is Q8_1 (the offset uses the activation block's stored
-// s, as ggml's q4_1/q5_1 dots do).
-#define LANE_DOTS_32(T, S)                                                                           \
+// token), into s[0..TILE_T]. 32-value types: per block, a * d * sum((q_w - O) * q_x) +
+// b * (S ? s : d * sum(q_x)). O is the type's integer offset, folded into the integer sum as
+// ggml's dots do (Q4_0: 8, Q5_0: 16; its b is then not used); S says the pair is Q8_1 (the
+// float offset b uses the activation block's stored s, as ggml's q4_1/q5_1 dots do).
+#define LANE_DOTS_32(T, S, O)                                                                        \
     __device__ __forceinline__ void lane_dots_##T(const u8 *row, const i8 *xq, const float *xd,      \
                                                   int n_cols, int nt, int lane, float *s) {          \
         const int nb = n_cols / 32;                                                                  \
@@ -91,13 +92,15 @@ extern "C" __global__ void quantize_q8_k(const float *x, i8 *qs, float *ds, int 
                     sumi += qw[j] * xt[j];                                                           \
                     sumx += xt[j];                                                                   \
                 }                                                                                    \
-                s[tt] += a * dt[0] * (float)sumi + b * (S ? dt[1] : dt[0] * (float)sumx);            \
+                if (O) s[tt] += a * dt[0] * (float)(sumi - O * sumx);                                \
+                else s[tt] += a * dt[0] * (float)sumi + b * (S ? dt[1] : dt[0] * (float)sumx);       \
             }                                                                                        \
         }                                                                                            \
     }
 
-// K-quants: per 16-value group, d_x * (a * sum(q_w * q_x) + b * sum(q_x)).
-#define LANE_DOTS_K(T)                                                                               \
+// K-quants: per 16-value group, d_x * (a * sum((q_w - O) * q_x) + b * sum(q_x)), O folded
+// into the integer sum where the type has one (Q6_K: 32; its b is then not used).
+#define LANE_DOTS_K(T, O)                                                                            \
     __device__ __forceinline__ void lane_dots_##T(const u8 *row, const i8 *xq, const float *xd,      \
                                                   int n_cols, int nt, int lane, float *s) {          \
         const int nb = n_cols / 256;                                                                 \
@@ -114,7 +117,9 @@ extern "C" __global__ void quantize_q8_k(const float *x, i8 *qs, float *ds, int 
                     sumi += qw[j] * xt[j];                                                           \
                     sumx += xt[j];                                                                   \
                 }                                                                                    \
-                s[tt] += xd[((i64)tt * nb + g / 16) * 2] * (a * (float)sumi + b * (float)sumx);      \
+                const float dx = xd[((i64)tt * nb + g / 16) * 2];                                    \
+                if (O) s[tt] += dx * (a * (float)(sumi - O * sumx));                                 \
+                else s[tt] += dx * (a * (float)sumi + b * (float)sumx);                              \
             }                                                                                        \
         }                                                                                            \
     }
@@ -142,16 +147,16 @@ extern "C" __global__ void quantize_q8_k(const float *x, i8 *qs, float *ds, int 
         }                                                                                            \
     }
 
-LANE_DOTS_32(q4_0, 0)
-LANE_DOTS_32(q4_1, 1)
-LANE_DOTS_32(q5_0, 0)
-LANE_DOTS_32(q5_1, 1)
-LANE_DOTS_32(q8_0, 0)
-LANE_DOTS_K(q2_k)
-LANE_DOTS_K(q3_k)
-LANE_DOTS_K(q4_k)
-LANE_DOTS_K(q5_k)
-LANE_DOTS_K(q6_k)
+LANE_DOTS_32(q4_0, 0, 8)
+LANE_DOTS_32(q4_1, 1, 0)
+LANE_DOTS_32(q5_0, 0, 16)
+LANE_DOTS_32(q5_1, 1, 0)
+LANE_DOTS_32(q8_0, 0, 0)
+LANE_DOTS_K(q2_k, 0)
+LANE_DOTS_K(q3_k, 0)
+LANE_DOTS_K(q4_k, 0)
+LANE_DOTS_K(q5_k, 0)
+LANE_DOTS_K(q6_k, 32)
 
 MATMUL_Q8(q4_0, 32)
 MATMUL_Q8(q4_1, 32)

@@ -10,6 +10,6 @@ extern "C" __global__ void rms_norm_f32(const float *x, const float *w, float *o
     float s = 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
     s = block_sum(s, scratch);
-    const float scale = rsqrtf(s / (float)n + eps);
+    const float scale = 1.0f / sqrtf(s / (float)n + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * (w ? w[i] : 1.0f);
 }
