@@ -34,9 +34,8 @@ struct Loaded {
     seconds: f64,
 }
 
-fn load_on(path: &Path, backends: &str) -> Result<Loaded, CliError> {
+fn load_on(file: std::sync::Arc<GgufFile>, backends: &str) -> Result<Loaded, CliError> {
     let t0 = std::time::Instant::now();
-    let file = std::sync::Arc::new(GgufFile::open(path)?);
     let model = std::sync::Arc::new(crate::models::load_model(file)?);
     let n_ctx = (model.hparams().n_ctx_train as usize).clamp(1, 4096);
     let p = crate::generate::EngineParams { n_ctx, backends: Some(backends.to_string()), ..Default::default() };
@@ -58,8 +57,8 @@ fn load_on(path: &Path, backends: &str) -> Result<Loaded, CliError> {
 }
 
 pub fn run(out: &mut Out, path: &Path, json: bool, tensors: bool, backend: Option<&str>) -> Result<(), CliError> {
-    let loaded = backend.map(|b| load_on(path, b)).transpose()?;
-    let f = GgufFile::open(path)?;
+    let f = std::sync::Arc::new(GgufFile::open(path)?);
+    let loaded = backend.map(|b| load_on(f.clone(), b)).transpose()?;
     let hp = HParams::from_gguf(&f);
     let mix = quant_mix(&f);
     let n_params: u64 = f.tensors().iter().map(|t| t.n_elements).sum();

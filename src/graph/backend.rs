@@ -37,6 +37,24 @@ use super::{CNode, ComputeGraph, DType, NodeId};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BufferId(pub u32);
 
+impl BufferId {
+    /// Puts `value` into the first free slot of a backend's buffer table (or a new one at the
+    /// end) and returns its id.
+    pub fn insert<T>(slots: &mut Vec<Option<T>>, value: T) -> BufferId {
+        let i = match slots.iter().position(Option::is_none) {
+            Some(i) => {
+                slots[i] = Some(value);
+                i
+            }
+            None => {
+                slots.push(Some(value));
+                slots.len() - 1
+            }
+        };
+        BufferId(i as u32)
+    }
+}
+
 /// A buffer: a handle inside one backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BufRef {
@@ -149,6 +167,11 @@ pub struct NodeWork {
     /// `srcs[i]` holds `node.src[i]`.
     pub srcs: Vec<TensorRef>,
     pub kv: Option<KvPair>,
+}
+
+/// A node's `N` operands (regions, addresses...) as an array, or the count error naming it.
+pub fn operands<const N: usize, T: Copy>(node: &CNode, srcs: &[T]) -> Result<[T; N], GraphError> {
+    <[T; N]>::try_from(srcs).map_err(|_| GraphError::OperandCount { node: node.name.clone(), expected: N, got: srcs.len() })
 }
 
 /// The work of one split: its graph (for the nodes' ops and metadata) and its nodes in build

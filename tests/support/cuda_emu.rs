@@ -57,8 +57,6 @@ pub struct EmuDevice {
     /// Recorded graphs (`None` once dropped) and the one being recorded.
     graphs: Vec<Option<Recording>>,
     recording: Option<Recording>,
-    /// Launches run (recorded ones count when replayed).
-    pub launches: u64,
     /// Graphs replayed, readable after the device is boxed into a backend.
     pub replays: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
@@ -75,7 +73,7 @@ impl EmuDevice {
             return Err("the CUDA emulator needs g++".into());
         }
         let base = option_env!("CARGO_TARGET_TMPDIR").map(PathBuf::from).filter(|p| p.is_dir()).unwrap_or_else(std::env::temp_dir);
-        Ok(EmuDevice { allocs: HashMap::new(), modules: HashMap::new(), funcs: Vec::new(), dir: base.join("cuda-emu"), graphs: Vec::new(), recording: None, launches: 0, replays: Default::default() })
+        Ok(EmuDevice { allocs: HashMap::new(), modules: HashMap::new(), funcs: Vec::new(), dir: base.join("cuda-emu"), graphs: Vec::new(), recording: None, replays: Default::default() })
     }
 
     fn compile(&self, src: &Source) -> Result<PathBuf, DeviceError> {
@@ -123,14 +121,6 @@ fn oom(bytes: usize) -> DeviceError {
 impl Device for EmuDevice {
     fn name(&self) -> &str {
         "CUDA host emulator"
-    }
-
-    fn compute_capability(&self) -> (i32, i32) {
-        (7, 5)
-    }
-
-    fn memory_info(&self) -> Option<(u64, u64)> {
-        None
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<DevPtr, DeviceError> {
@@ -204,7 +194,6 @@ impl Device for EmuDevice {
             r.push((f, shape, args.to_vec()));
             return Ok(());
         }
-        self.launches += 1;
         let (module, addr) = self.funcs.get(f.0 as usize).cloned().ok_or_else(|| DeviceError::new("launch", format!("no function #{}", f.0)))?;
         let launch = self.modules[&module].launch;
         let (mut ints, mut floats) = (Vec::new(), Vec::new());

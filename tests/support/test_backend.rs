@@ -589,7 +589,7 @@ impl TestBackend {
             Op::KvcacheLoad { .. } => Ok(()),
             Op::KvcacheStore { .. } => {
                 let pair = kv()?;
-                let [k, v, pos] = three(node, &w.srcs)?;
+                let [k, v, pos] = minfer::graph::operands(node, &w.srcs)?;
                 disjoint_from_kv(&pair, &[k, v, pos])?;
                 let (k, v, pos) = (self.download(k)?, self.download(v)?, self.download(pos)?);
                 let (mut kr, mut vr) = (self.download(pair.k)?, self.download(pair.v)?);
@@ -608,7 +608,7 @@ impl TestBackend {
             }
             Op::Attn => {
                 let pair = kv()?;
-                let [q, view, pos] = three(node, &w.srcs)?;
+                let [q, view, pos] = minfer::graph::operands(node, &w.srcs)?;
                 // The view operand is the layer's K region itself (the kv_load node).
                 if view.buf != pair.k.buf || view.range() != pair.k.range() {
                     return Err(GraphError::AttnKvSource { node: node.name.clone(), kv: format!("buffer {} @{}", view.buf.id.0, view.offset), layer: node.kv_layer().unwrap_or(0) });
@@ -651,13 +651,6 @@ impl TestBackend {
             true => Ok(()),
             false => Err(GraphError::TensorRange { backend: self.handle, offset: out.offset, bytes: want, size: out.bytes }),
         }
-    }
-}
-
-fn three(node: &CNode, srcs: &[TensorRef]) -> Result<[TensorRef; 3], GraphError> {
-    match srcs {
-        [a, b, c] => Ok([*a, *b, *c]),
-        _ => Err(GraphError::OperandCount { node: node.name.clone(), expected: 3, got: srcs.len() }),
     }
 }
 

@@ -18,7 +18,7 @@ use self::buffer::HostBuffer;
 use self::exec::{KernelCtx, KernelIsa, Operand};
 use crate::graph::{
     Backend, BackendConfig, BackendImpl, BufferId, BufferUsage, CNode, Capabilities, DType, DeviceInfo, FusedOp, GraphError,
-    MemoryStats, NodeWork, Op, OutOfMemory, SplitWork, TensorRef, Unavailable, WeightId, WeightStore,
+    MemoryStats, NodeWork, Op, OutOfMemory, SplitWork, TensorRef, Unavailable, WeightId, WeightStore, operands,
 };
 use crate::workers::Pool;
 
@@ -83,10 +83,16 @@ pub fn create(_info: &DeviceInfo, config: &BackendConfig) -> Result<Box<dyn Back
 
 /// `MINFER_CPU_MEMORY_CAP` parsed (`"512M"`, `"2G"`, `"1000000"`); a malformed value is an error.
 pub fn memory_cap_from_env() -> Result<Option<usize>, GraphError> {
-    match std::env::var(MEMORY_CAP_ENV) {
+    memory_cap_from_var(MEMORY_CAP_ENV, "cpu")
+}
+
+/// A backend's memory-cap variable `var` parsed as [`memory_cap_from_env`] does; errors name
+/// `backend`.
+pub fn memory_cap_from_var(var: &str, backend: &str) -> Result<Option<usize>, GraphError> {
+    match std::env::var(var) {
         Ok(v) if !v.trim().is_empty() => parse_bytes(&v)
             .map(Some)
-            .ok_or_else(|| GraphError::BackendUnusable { name: "cpu".into(), reason: format!("{MEMORY_CAP_ENV}='{}' is not a byte count (e.g. 512M, 2G)", v.chars().take(40).collect::<String>()) }),
+            .ok_or_else(|| GraphError::BackendUnusable { name: backend.into(), reason: format!("{var}='{}' is not a byte count (e.g. 512M, 2G)", v.chars().take(40).collect::<String>()) }),
         _ => Ok(None),
     }
 }
@@ -229,7 +235,7 @@ impl CpuBackend {
             Op::KvcacheLoad { .. } => Ok(()),
             Op::KvcacheStore { .. } => {
                 let pair = kv()?;
-                let [k, v, pos] = three(node, &w.srcs)?;
+                let [k, v, pos] = operands(node, &w.srcs)?;
                 if [k, v, pos].iter().any(|t| t.buf == pair.k.buf || t.buf == pair.v.buf) || pair.k.buf == pair.v.buf {
                     return Err(GraphError::KvAliased { node: node.name.clone() });
                 }
@@ -254,7 +260,7 @@ impl CpuBackend {
             }
             Op::Attn => {
                 let pair = kv()?;
-                let [q, _view, pos] = three(node, &w.srcs)?;
+                let [q, _view, pos] = operands(node, &w.srcs)?;
                 self.with_regions(node, w.out, &[q, pos, pair.k, pair.v], |cx, dst, ops| match ops {
                     [Operand::Buf(q), Operand::Buf(pos), Operand::Buf(k), Operand::Buf(v)] => exec::attention(node, cx, q, pos, (k, v), dst),
                     _ => Err(GraphError::KvAliased { node: node.name.clone() }),
@@ -264,13 +270,6 @@ impl CpuBackend {
                 self.with_regions(node, w.out, &w.srcs, |cx, dst, ops| exec::run(node, cx, ops, dst))
             }
         }
-    }
-}
-
-fn three(node: &CNode, srcs: &[TensorRef]) -> Result<[TensorRef; 3], GraphError> {
-    match srcs {
-        [a, b, c] => Ok([*a, *b, *c]),
-        _ => Err(GraphError::OperandCount { node: node.name.clone(), expected: 3, got: srcs.len() }),
     }
 }
 
@@ -293,20 +292,11 @@ impl BackendImpl for CpuBackend {
             return Err(oom);
         }
         let buf = HostBuffer::zeroed(bytes).ok_or(oom)?;
-        let id = match self.buffers.iter().position(Option::is_none) {
-            Some(i) => {
-                self.buffers[i] = Some(buf);
-                i
-            }
-            None => {
-                self.buffers.push(Some(buf));
-                self.buffers.len() - 1
-            }
-        };
+        let id = BufferId::insert(&mut self.buffers, buf);
         self.stats.allocations += 1;
         self.stats.bytes_in_use += bytes;
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes_in_use);
-        Ok(BufferId(id as u32))
+        Ok(id)
     }
 
     fn free_buffer(&mut self, id: BufferId) {

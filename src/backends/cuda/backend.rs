@@ -15,21 +15,22 @@ use super::exec::{self, DevWeight, Launcher, Region};
 use super::graphs::{GraphCache, Plan};
 use crate::graph::{
     Backend, BackendImpl, BufferId, BufferUsage, CNode, FusedOp, GraphError, MemoryStats, NodeMeta, NodeWork, Op, OutOfMemory, SplitWork, TensorRef,
-    WeightId, WeightStore,
+    WeightId, WeightStore, operands,
 };
+
+/// The handle this backend's tensors carry.
+const HANDLE: Backend = Backend::CUDA;
 
 /// The CUDA backend over one device.
 pub struct CudaBackend {
     dev: Box<dyn Device>,
-    /// The handle its tensors carry (`Backend::CUDA`; tests may stand it in elsewhere).
-    handle: Backend,
     /// `(base, bytes)` per buffer id.
     buffers: Vec<Option<(DevPtr, usize)>>,
     stats: MemoryStats,
     cap: Option<usize>,
-    /// Uploaded weights by id, with their device bytes. A backend holds one model's weights:
-    /// offering another store's releases these first.
-    weights: HashMap<WeightId, (DevWeight, usize)>,
+    /// Uploaded weights by id. A backend holds one model's weights: offering another store's
+    /// releases these first.
+    weights: HashMap<WeightId, DevWeight>,
     /// The store they came from (names for errors).
     weight_names: Option<Arc<WeightStore>>,
     /// Bytes of weights on the device (not in [`MemoryStats::bytes_in_use`], which counts
@@ -55,8 +56,8 @@ impl std::fmt::Debug for CudaBackend {
     }
 }
 
-fn device_err(backend: Backend, e: DeviceError) -> GraphError {
-    GraphError::BackendUnusable { name: backend.to_string(), reason: e.to_string() }
+fn device_err(e: DeviceError) -> GraphError {
+    GraphError::BackendUnusable { name: HANDLE.to_string(), reason: e.to_string() }
 }
 
 impl CudaBackend {
@@ -64,7 +65,6 @@ impl CudaBackend {
     pub fn new(dev: Box<dyn Device>, cap: Option<usize>) -> CudaBackend {
         CudaBackend {
             dev,
-            handle: Backend::CUDA,
             buffers: Vec::new(),
             stats: MemoryStats { capacity: cap, ..MemoryStats::default() },
             cap,
@@ -78,27 +78,11 @@ impl CudaBackend {
         }
     }
 
-    /// Tensors of this backend carry `handle` (a test harness running it beside the real
-    /// CUDA entry).
-    pub fn with_handle(mut self, handle: Backend) -> CudaBackend {
-        self.handle = handle;
-        self
-    }
-
-    pub fn device_name(&self) -> &str {
-        self.dev.name()
-    }
-
     /// Records and replays decode splits as graphs, or not (default: unless
     /// `MINFER_NO_CUDA_GRAPH=1`).
     pub fn with_graphs(mut self, on: bool) -> CudaBackend {
         self.graphs.enabled = on;
         self
-    }
-
-    /// `(recorded, replayed)` splits since creation.
-    pub fn graph_counts(&self) -> (u64, u64) {
-        (self.graphs.recorded, self.graphs.replayed)
     }
 
     /// Rule 4 of [`graphs`](super::graphs): an address a graph holds may change.
@@ -116,15 +100,10 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Bytes of weights on the device.
-    pub fn weight_bytes(&self) -> usize {
-        self.weight_bytes
-    }
-
     /// Device memory for `bytes` (buffers and weights together stay under the cap).
     fn reserve(&mut self, bytes: usize, usage: BufferUsage) -> Result<DevPtr, OutOfMemory> {
         let in_use = self.stats.bytes_in_use + self.weight_bytes + self.scratch.map_or(0, |(_, b)| b);
-        let oom = OutOfMemory { backend: self.handle, requested: bytes, usage, in_use, capacity: self.cap };
+        let oom = OutOfMemory { backend: HANDLE, requested: bytes, usage, in_use, capacity: self.cap };
         if self.cap.is_some_and(|cap| in_use.saturating_add(bytes) > cap) {
             return Err(oom);
         }
@@ -139,11 +118,11 @@ impl CudaBackend {
             return Ok(Region { ptr, bytes: have });
         }
         if self.recording {
-            return Err(device_err(self.handle, DeviceError::new("graph capture", format!("the scratch would grow to {bytes} bytes while launches are recorded"))));
+            return Err(device_err(DeviceError::new("graph capture", format!("the scratch would grow to {bytes} bytes while launches are recorded"))));
         }
         self.drop_graphs();
         if let Some((ptr, _)) = self.scratch.take() {
-            self.dev.synchronize().map_err(|e| device_err(self.handle, e))?;
+            self.dev.synchronize().map_err(device_err)?;
             self.dev.free(ptr);
         }
         let ptr = self.reserve(bytes, BufferUsage::Compute).map_err(GraphError::OutOfMemory)?;
@@ -152,7 +131,7 @@ impl CudaBackend {
     }
 
     fn release_weights(&mut self) {
-        for (w, _) in std::mem::take(&mut self.weights).into_values() {
+        for w in std::mem::take(&mut self.weights).into_values() {
             match w {
                 DevWeight::Vector { ptr, .. } | DevWeight::Matrix { ptr, .. } => self.dev.free(ptr),
             }
@@ -162,18 +141,18 @@ impl CudaBackend {
     }
 
     fn base(&self, id: BufferId) -> Result<(DevPtr, usize), GraphError> {
-        self.buffers.get(id.0 as usize).copied().flatten().ok_or(GraphError::BadBufferId { backend: self.handle, id })
+        self.buffers.get(id.0 as usize).copied().flatten().ok_or(GraphError::BadBufferId { backend: HANDLE, id })
     }
 
     /// The device address of bytes `offset..offset + len` of tensor `t`, bounds-checked.
     fn addr(&self, t: TensorRef, offset: usize, len: usize) -> Result<DevPtr, GraphError> {
-        if t.buf.backend != self.handle {
-            return Err(GraphError::BackendMismatch { node: format!("buffer {}", t.buf.id.0), split: self.handle, buffer: t.buf.backend });
+        if t.buf.backend != HANDLE {
+            return Err(GraphError::BackendMismatch { node: format!("buffer {}", t.buf.id.0), split: HANDLE, buffer: t.buf.backend });
         }
         let (base, size) = self.base(t.buf.id)?;
-        let end = offset.checked_add(len).filter(|&e| e <= t.bytes).ok_or(GraphError::TensorRange { backend: self.handle, offset, bytes: len, size: t.bytes })?;
+        let end = offset.checked_add(len).filter(|&e| e <= t.bytes).ok_or(GraphError::TensorRange { backend: HANDLE, offset, bytes: len, size: t.bytes })?;
         if t.offset + end > size {
-            return Err(GraphError::TensorRange { backend: self.handle, offset: t.offset, bytes: t.bytes, size });
+            return Err(GraphError::TensorRange { backend: HANDLE, offset: t.offset, bytes: t.bytes, size });
         }
         Ok(base + (t.offset + offset) as u64)
     }
@@ -190,12 +169,12 @@ impl CudaBackend {
             Op::Input | Op::KvcacheLoad { .. } => Ok(()),
             Op::KvcacheStore { .. } => {
                 let pair = kv()?;
-                let [k, v, pos] = three(node, &srcs)?;
+                let [k, v, pos] = operands(node, &srcs)?;
                 if w.srcs.iter().any(|t| t.overlaps(&pair.k) || t.overlaps(&pair.v)) || pair.k.overlaps(&pair.v) {
                     return Err(GraphError::KvAliased { node: node.name.clone() });
                 }
                 let (kr, vr) = (self.region(pair.k)?, self.region(pair.v)?);
-                self.launcher().kv_store(node, (k, v, pos), (kr, vr))
+                self.launcher(None).kv_store(node, (k, v, pos), (kr, vr))
             }
             Op::KvShift { .. } => {
                 let pair = kv()?;
@@ -204,19 +183,18 @@ impl CudaBackend {
                     return Err(GraphError::KvAliased { node: node.name.clone() });
                 }
                 let kr = self.region(pair.k)?;
-                self.launcher().kv_shift(node, deltas, kr)
+                self.launcher(None).kv_shift(node, deltas, kr)
             }
             Op::Attn => {
                 let pair = kv()?;
-                let [q, _view, pos] = three(node, &srcs)?;
+                let [q, _view, pos] = operands(node, &srcs)?;
                 if [w.srcs[0], w.srcs[2], pair.k, pair.v].iter().any(|t| t.overlaps(&w.out)) {
                     return Err(GraphError::KvAliased { node: node.name.clone() });
                 }
                 let (k, v) = (self.region(pair.k)?, self.region(pair.v)?);
                 let NodeMeta::Attn(m) = &node.meta else { return Err(GraphError::WrongMeta { node: node.name.clone(), expected: "attn", found: node.meta.kind_name() }) };
-                let scratch = Some(self.ensure_scratch(exec::attn_scratch_bytes(m, pos.bytes / 4))?);
-                let mut launcher = Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs, scratch };
-                launcher.attention(node, q, pos, (k, v), out)
+                let scratch = self.ensure_scratch(exec::attn_scratch_bytes(m, pos.bytes / 4))?;
+                self.launcher(Some(scratch)).attention(node, q, pos, (k, v), out)
             }
             Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
                 // Operands either are the output region (in place) or do not touch it.
@@ -234,12 +212,12 @@ impl CudaBackend {
                     Some(b) => Some(self.ensure_scratch(b)?),
                     None => None,
                 };
-                let (weights, names, handle) = (&self.weights, &self.weight_names, self.handle);
+                let (weights, names) = (&self.weights, &self.weight_names);
                 let weight = |id: WeightId| {
-                    weights.get(&id).map(|(w, _)| *w).ok_or_else(|| GraphError::WeightNotLoaded {
+                    weights.get(&id).copied().ok_or_else(|| GraphError::WeightNotLoaded {
                         node: node.name.clone(),
                         weight: names.as_ref().map_or_else(|| format!("#{}", id.0), |s| s.name(id).to_string()),
-                        backend: handle,
+                        backend: HANDLE,
                     })
                 };
                 let mut launcher = Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs, scratch };
@@ -248,15 +226,8 @@ impl CudaBackend {
         }
     }
 
-    fn launcher(&mut self) -> Launcher<'_> {
-        Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs, scratch: None }
-    }
-}
-
-fn three(node: &CNode, srcs: &[Region]) -> Result<[Region; 3], GraphError> {
-    match srcs {
-        [a, b, c] => Ok([*a, *b, *c]),
-        _ => Err(GraphError::OperandCount { node: node.name.clone(), expected: 3, got: srcs.len() }),
+    fn launcher(&mut self, scratch: Option<Region>) -> Launcher<'_> {
+        Launcher { dev: self.dev.as_mut(), funcs: &mut self.funcs, scratch }
     }
 }
 
@@ -281,18 +252,7 @@ impl BackendImpl for CudaBackend {
         self.stats.allocations += 1;
         self.stats.bytes_in_use += bytes;
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.stats.bytes_in_use);
-        let slot = Some((ptr, bytes));
-        let id = match self.buffers.iter().position(Option::is_none) {
-            Some(i) => {
-                self.buffers[i] = slot;
-                i
-            }
-            None => {
-                self.buffers.push(slot);
-                self.buffers.len() - 1
-            }
-        };
-        Ok(BufferId(id as u32))
+        Ok(BufferId::insert(&mut self.buffers, (ptr, bytes)))
     }
 
     fn free_buffer(&mut self, id: BufferId) {
@@ -314,17 +274,17 @@ impl BackendImpl for CudaBackend {
 
     fn set_tensor(&mut self, dst: TensorRef, offset: usize, data: &[u8]) -> Result<(), GraphError> {
         let at = self.addr(dst, offset, data.len())?;
-        self.dev.upload(at, data).map_err(|e| device_err(self.handle, e))
+        self.dev.upload(at, data).map_err(device_err)
     }
 
     fn get_tensor(&mut self, src: TensorRef, offset: usize, out: &mut [u8]) -> Result<(), GraphError> {
         let at = self.addr(src, offset, out.len())?;
-        self.dev.download(at, out).map_err(|e| device_err(self.handle, e))
+        self.dev.download(at, out).map_err(device_err)
     }
 
     fn copy_tensor(&mut self, src: TensorRef, dst: TensorRef) -> Result<(), GraphError> {
         if src.bytes != dst.bytes {
-            return Err(GraphError::TensorRange { backend: self.handle, offset: dst.offset, bytes: src.bytes, size: dst.bytes });
+            return Err(GraphError::TensorRange { backend: HANDLE, offset: dst.offset, bytes: src.bytes, size: dst.bytes });
         }
         let (from, to) = (self.addr(src, 0, src.bytes)?, self.addr(dst, 0, dst.bytes)?);
         if from == to || src.bytes == 0 {
@@ -334,10 +294,10 @@ impl BackendImpl for CudaBackend {
             // memmove semantics: stage through the host (the allocator never asks for it on
             // the hot path).
             let mut tmp = vec![0u8; src.bytes];
-            self.dev.download(from, &mut tmp).map_err(|e| device_err(self.handle, e))?;
-            return self.dev.upload(to, &tmp).map_err(|e| device_err(self.handle, e));
+            self.dev.download(from, &mut tmp).map_err(device_err)?;
+            return self.dev.upload(to, &tmp).map_err(device_err);
         }
-        self.dev.copy(to, from, src.bytes).map_err(|e| device_err(self.handle, e))
+        self.dev.copy(to, from, src.bytes).map_err(device_err)
     }
 
     fn load_weights(&mut self, store: &Arc<WeightStore>, ids: &[WeightId]) -> Result<(), GraphError> {
@@ -350,20 +310,21 @@ impl BackendImpl for CudaBackend {
             if self.weights.contains_key(&id) {
                 continue;
             }
-            let (w, bytes): (DevWeight, &[u8]) = match store.vector(id) {
-                Ok(v) => (DevWeight::Vector { ptr: 0, len: v.len() }, bytemuck::cast_slice(v)),
+            // 1-D weights as the store's f32 vectors, matrices as their blocks.
+            let (bytes, matrix): (&[u8], _) = match store.vector(id) {
+                Ok(v) => (bytemuck::cast_slice(v), None),
                 Err(_) => {
                     let m = store.matrix(id)?;
-                    (DevWeight::Matrix { ptr: 0, ty: m.ty, rows: m.rows, cols: m.cols }, m.data)
+                    (m.data, Some((m.ty, m.rows, m.cols)))
                 }
             };
             let ptr = self.reserve(bytes.len(), BufferUsage::Weights).map_err(GraphError::OutOfMemory)?;
-            self.dev.upload(ptr, bytes).map_err(|e| device_err(self.handle, e))?;
-            let w = match w {
-                DevWeight::Vector { len, .. } => DevWeight::Vector { ptr, len },
-                DevWeight::Matrix { ty, rows, cols, .. } => DevWeight::Matrix { ptr, ty, rows, cols },
+            self.dev.upload(ptr, bytes).map_err(device_err)?;
+            let w = match matrix {
+                None => DevWeight::Vector { ptr, len: bytes.len() / 4 },
+                Some((ty, rows, cols)) => DevWeight::Matrix { ptr, ty, rows, cols },
             };
-            self.weights.insert(id, (w, bytes.len()));
+            self.weights.insert(id, w);
             self.weight_bytes += bytes.len();
         }
         Ok(())
@@ -376,7 +337,6 @@ impl BackendImpl for CudaBackend {
                 return Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() });
             }
         }
-        let err = |h: Backend| move |e: DeviceError| device_err(h, e);
         match self.graphs.plan(split) {
             Plan::Launch => self.run_split(split),
             Plan::First(key) => {
@@ -384,9 +344,9 @@ impl BackendImpl for CudaBackend {
                 self.graphs.saw(key);
                 Ok(())
             }
-            Plan::Replay(g) => self.dev.replay(g).map_err(err(self.handle)),
+            Plan::Replay(g) => self.dev.replay(g).map_err(device_err),
             Plan::Record(key) => {
-                if !self.dev.begin_capture().map_err(err(self.handle))? {
+                if !self.dev.begin_capture().map_err(device_err)? {
                     self.graphs.enabled = false;
                     return self.run_split(split);
                 }
@@ -394,20 +354,20 @@ impl BackendImpl for CudaBackend {
                 let ran = self.run_split(split);
                 self.recording = false;
                 // The recording ends whatever happened inside it; a failed one is dropped.
-                let g = self.dev.end_capture().map_err(err(self.handle));
+                let g = self.dev.end_capture().map_err(device_err);
                 if let (Err(_), Ok(g)) = (&ran, &g) {
                     self.dev.drop_graph(*g);
                 }
                 ran?;
                 let g = g?;
                 self.graphs.insert(key, g);
-                self.dev.replay(g).map_err(err(self.handle))
+                self.dev.replay(g).map_err(device_err)
             }
         }
     }
 
     fn synchronize(&mut self) -> Result<(), GraphError> {
-        self.dev.synchronize().map_err(|e| device_err(self.handle, e))
+        self.dev.synchronize().map_err(device_err)
     }
 }
 

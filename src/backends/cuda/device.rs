@@ -61,10 +61,6 @@ impl DeviceError {
 pub trait Device: Send {
     /// The device's name (for messages and reports).
     fn name(&self) -> &str;
-    /// The compute capability the kernels are compiled for, e.g. `(9, 0)`.
-    fn compute_capability(&self) -> (i32, i32);
-    /// `(free, total)` device memory in bytes, where the device can tell.
-    fn memory_info(&self) -> Option<(u64, u64)>;
 
     /// `bytes` bytes of zero-filled device memory.
     fn alloc(&mut self, bytes: usize) -> Result<DevPtr, DeviceError>;

@@ -26,9 +26,13 @@ impl Device {
 
 static PROBED: OnceLock<Result<Device, String>> = OnceLock::new();
 
+/// The driver's name of an error (`CUDA_ERROR_OUT_OF_MEMORY`), or its number.
+pub fn error_name(e: &cudarc::driver::DriverError) -> String {
+    e.error_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0))
+}
+
 fn driver_err(what: &str, e: cudarc::driver::DriverError) -> String {
-    let name = e.error_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
-    format!("{what} failed: {name}")
+    format!("{what} failed: {}", error_name(&e))
 }
 
 fn probe_uncached() -> Result<Device, String> {

@@ -29,8 +29,6 @@ pub struct DriverDevice {
     funcs: Vec<sys::CUfunction>,
     /// Instantiated graphs (`None` once dropped).
     graphs: Vec<Option<sys::CUgraphExec>>,
-    /// The last module-cache outcome per source (for `minfer info` and the device report).
-    pub cache_log: Vec<(String, module_cache::Outcome)>,
 }
 
 // SAFETY: the context handle is process-wide; every method makes it current on the calling
@@ -39,8 +37,7 @@ pub struct DriverDevice {
 unsafe impl Send for DriverDevice {}
 
 fn err(call: &str, e: cudarc::driver::DriverError) -> DeviceError {
-    let name = e.error_name().map(|c| c.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", e.0));
-    DeviceError::new(call, name)
+    DeviceError::new(call, super::driver::error_name(&e))
 }
 
 impl DriverDevice {
@@ -53,7 +50,7 @@ impl DriverDevice {
         // SAFETY: the context was just retained.
         unsafe { result::ctx::set_current(ctx) }.map_err(|e| err("cuCtxSetCurrent", e))?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| err("cuStreamCreate", e))?;
-        Ok(DriverDevice { dev, ctx, name: info.name, cc: info.cc, stream, modules: HashMap::new(), funcs: Vec::new(), graphs: Vec::new(), cache_log: Vec::new() })
+        Ok(DriverDevice { dev, ctx, name: info.name, cc: info.cc, stream, modules: HashMap::new(), funcs: Vec::new(), graphs: Vec::new() })
     }
 
     fn current(&self) -> Result<(), DeviceError> {
@@ -79,15 +76,6 @@ impl DriverDevice {
 impl Device for DriverDevice {
     fn name(&self) -> &str {
         &self.name
-    }
-
-    fn compute_capability(&self) -> (i32, i32) {
-        self.cc
-    }
-
-    fn memory_info(&self) -> Option<(u64, u64)> {
-        self.current().ok()?;
-        result::mem_get_info().ok().map(|(f, t)| (f as u64, t as u64))
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<DevPtr, DeviceError> {
@@ -143,8 +131,7 @@ impl Device for DriverDevice {
         let module = match self.modules.get(src.name) {
             Some(m) => *m,
             None => {
-                let (ptx, outcome) = module_cache::ptx(src, &self.arch(), &[]).map_err(|e| DeviceError::new(format!("compile {}", src.name), e.to_string()))?;
-                self.cache_log.push((src.name.to_string(), outcome));
+                let (ptx, _) = module_cache::ptx(src, &self.arch(), &[]).map_err(|e| DeviceError::new(format!("compile {}", src.name), e.to_string()))?;
                 let image = CString::new(ptx).map_err(|_| DeviceError::new(format!("load {}", src.name), "PTX with a NUL byte"))?;
                 // SAFETY: `image` is a NUL-terminated PTX text that outlives the call.
                 let m = match unsafe { result::module::load_data(image.as_ptr() as *const c_void) } {

@@ -187,9 +187,12 @@ impl Launcher<'_> {
                 false => Err(GraphError::OperandLength { node: node.name.clone(), operand: i, expected: out.f32s(), got: r.f32s() }),
             }
         };
-        let vector = |id| match weight(id)? {
-            DevWeight::Vector { ptr, len } => Ok((ptr, len)),
-            DevWeight::Matrix { .. } => Err(wrong_meta(node, "a 1-D weight")),
+        // An optional 1-D weight of `len` values (a norm weight, a bias): its address, or 0.
+        let vector = |id: Option<crate::graph::WeightId>, len: usize, what: &'static str| match id.map(weight).transpose()? {
+            None => Ok(0),
+            Some(DevWeight::Vector { ptr, len: got }) if got == len => Ok(ptr),
+            Some(DevWeight::Vector { len: got, .. }) => Err(GraphError::DimMismatch { node: node.name.clone(), what, expected: len, got }),
+            Some(DevWeight::Matrix { .. }) => Err(wrong_meta(node, "a 1-D weight")),
         };
         match &node.op {
             Op::Add | Op::Mul => {
@@ -221,17 +224,10 @@ impl Launcher<'_> {
                     _ => d,
                 };
                 let NodeMeta::Norm(m) = &node.meta else { return Err(wrong_meta(node, "norm")) };
-                let w = match m.weight {
-                    Some(id) => {
-                        let (ptr, len) = vector(id)?;
-                        if len != row {
-                            return Err(GraphError::DimMismatch { node: node.name.clone(), what: "norm weight", expected: row, got: len });
-                        }
-                        ptr
-                    }
-                    None if matches!(node.op, Op::QkNorm { .. }) => return Err(wrong_meta(node, "a q/k norm weight")),
-                    None => 0,
-                };
+                if m.weight.is_none() && matches!(node.op, Op::QkNorm { .. }) {
+                    return Err(wrong_meta(node, "a q/k norm weight"));
+                }
+                let w = vector(m.weight, row, "norm weight")?;
                 if row == 0 || !out.f32s().is_multiple_of(row) {
                     return Err(GraphError::DimMismatch { node: node.name.clone(), what: "norm rows", expected: row, got: out.f32s() });
                 }
@@ -253,16 +249,7 @@ impl Launcher<'_> {
                 if out.f32s() != nt * rows {
                     return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: nt * rows, got: out.f32s() });
                 }
-                let bias = match m.bias {
-                    Some(b) => {
-                        let (ptr, len) = vector(b)?;
-                        if len != rows {
-                            return Err(GraphError::DimMismatch { node: node.name.clone(), what: "bias", expected: rows, got: len });
-                        }
-                        ptr
-                    }
-                    None => 0,
-                };
+                let bias = vector(m.bias, rows, "bias")?;
                 let suffix = type_suffix(ty).ok_or_else(|| GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() })?;
                 let items = (rows * nt) as u64;
                 let shape = Launch { grid: items.div_ceil(MATMUL_WARPS as u64).max(1) as u32, block: MATMUL_WARPS * 32, shared: 0 };

@@ -18,7 +18,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::device::GraphId;
-use crate::graph::{CNode, NodeMeta, SplitWork, TensorRef};
+use super::fnv::Fnv;
+use crate::graph::{CNode, NodeMeta, Op, RopeStyle, SplitWork, TensorRef};
 
 /// Environment variable that turns graph replay off (`1`).
 pub const NO_GRAPH_ENV: &str = "MINFER_NO_CUDA_GRAPH";
@@ -36,36 +37,31 @@ pub fn decode_shaped(split: &SplitWork) -> bool {
     })
 }
 
-struct Fnv(u64);
+fn region(h: &mut Fnv, t: &TensorRef) {
+    [t.buf.backend.id() as u64, t.buf.id.0 as u64, t.offset as u64, t.bytes as u64].into_iter().for_each(|v| h.u64(v));
+}
 
-impl Fnv {
-    fn eat(&mut self, v: u64) {
-        for b in v.to_le_bytes() {
-            self.0 ^= b as u64;
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    fn region(&mut self, t: &TensorRef) {
-        self.eat(t.buf.backend.id() as u64);
-        self.eat(t.buf.id.0 as u64);
-        self.eat(t.offset as u64);
-        self.eat(t.bytes as u64);
-    }
-    fn str(&mut self, s: &str) {
-        self.eat(s.len() as u64);
-        s.bytes().for_each(|b| self.eat(b as u64));
+/// The op's payload (no wildcard: a new variant must say what it adds to the key).
+fn op(h: &mut Fnv, op: &Op) {
+    h.field(op.name().as_bytes());
+    match *op {
+        Op::RmsNorm { eps } => h.u64(eps.to_bits() as u64),
+        Op::QkNorm { hd, nh, eps } => [hd as u64, nh as u64, eps.to_bits() as u64].into_iter().for_each(|v| h.u64(v)),
+        Op::RoPE { style } => h.u64(matches!(style, RopeStyle::NonInterleaved) as u64),
+        Op::KvcacheStore { layer } | Op::KvcacheLoad { layer } | Op::KvShift { layer } => h.u64(layer as u64),
+        Op::Input | Op::Add | Op::Mul | Op::Silu | Op::MatMul | Op::GetRows | Op::Attn | Op::SwiGLU => {}
     }
 }
 
 fn meta(h: &mut Fnv, n: &CNode) {
-    h.str(n.meta.kind_name());
+    h.field(n.meta.kind_name().as_bytes());
     match &n.meta {
-        NodeMeta::MatMul(m) => [m.weight.0 as u64, m.bias.map_or(u64::MAX, |b| b.0 as u64), m.in_dim as u64, m.out_dim as u64, m.weight_type.id() as u64].into_iter().for_each(|v| h.eat(v)),
-        NodeMeta::Embed(m) => [m.weight.0 as u64, m.n_embd as u64].into_iter().for_each(|v| h.eat(v)),
-        NodeMeta::Norm(m) => h.eat(m.weight.map_or(u64::MAX, |w| w.0 as u64)),
-        NodeMeta::Rope(m) => [m.n_head as u64, m.head_dim as u64, m.n_rot as u64, m.freq_base.to_bits() as u64].into_iter().for_each(|v| h.eat(v)),
-        NodeMeta::Attn(m) => [m.n_head as u64, m.n_head_kv as u64, m.head_dim as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.scale.to_bits() as u64].into_iter().for_each(|v| h.eat(v)),
-        NodeMeta::Kvcache(m) => [m.n_embd_kv as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.head_dim as u64].into_iter().for_each(|v| h.eat(v)),
+        NodeMeta::MatMul(m) => [m.weight.0 as u64, m.bias.map_or(u64::MAX, |b| b.0 as u64), m.in_dim as u64, m.out_dim as u64, m.weight_type.id() as u64].into_iter().for_each(|v| h.u64(v)),
+        NodeMeta::Embed(m) => [m.weight.0 as u64, m.n_embd as u64].into_iter().for_each(|v| h.u64(v)),
+        NodeMeta::Norm(m) => h.u64(m.weight.map_or(u64::MAX, |w| w.0 as u64)),
+        NodeMeta::Rope(m) => [m.n_head as u64, m.head_dim as u64, m.n_rot as u64, m.freq_base.to_bits() as u64].into_iter().for_each(|v| h.u64(v)),
+        NodeMeta::Attn(m) => [m.n_head as u64, m.n_head_kv as u64, m.head_dim as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.scale.to_bits() as u64].into_iter().for_each(|v| h.u64(v)),
+        NodeMeta::Kvcache(m) => [m.n_embd_kv as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.head_dim as u64].into_iter().for_each(|v| h.u64(v)),
         NodeMeta::KvShift(m) => [
             m.kv.n_ctx as u64,
             m.kv.n_embd_kv as u64,
@@ -75,35 +71,34 @@ fn meta(h: &mut Fnv, n: &CNode) {
             m.rope.head_dim as u64,
             m.rope.n_rot as u64,
             m.rope.freq_base.to_bits() as u64,
-            matches!(m.style, crate::graph::RopeStyle::NonInterleaved) as u64,
+            matches!(m.style, RopeStyle::NonInterleaved) as u64,
         ]
         .into_iter()
-        .for_each(|v| h.eat(v)),
+        .for_each(|v| h.u64(v)),
         NodeMeta::None => {}
     }
 }
 
 /// Rule 2: the key of a split.
 pub fn split_key(split: &SplitWork) -> u64 {
-    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-    h.eat(split.nodes.len() as u64);
+    let mut h = Fnv::default();
+    h.u64(split.nodes.len() as u64);
     for w in split.nodes {
-        h.eat(w.node as u64);
+        h.u64(w.node as u64);
         if let Some(n) = split.graph.nodes.get(w.node) {
-            h.str(n.op.name());
-            h.str(&format!("{:?}", n.op));
-            n.out_shape.iter().for_each(|&d| h.eat(d as u64));
+            op(&mut h, &n.op);
+            n.out_shape.iter().for_each(|&d| h.u64(d as u64));
             meta(&mut h, n);
         }
-        h.region(&w.out);
-        h.eat(w.srcs.len() as u64);
-        w.srcs.iter().for_each(|t| h.region(t));
+        region(&mut h, &w.out);
+        h.u64(w.srcs.len() as u64);
+        w.srcs.iter().for_each(|t| region(&mut h, t));
         match &w.kv {
             Some(kv) => {
-                h.region(&kv.k);
-                h.region(&kv.v);
+                region(&mut h, &kv.k);
+                region(&mut h, &kv.v);
             }
-            None => h.eat(u64::MAX),
+            None => h.u64(u64::MAX),
         }
     }
     h.0
@@ -128,9 +123,6 @@ pub struct GraphCache {
     pub enabled: bool,
     graphs: HashMap<u64, GraphId>,
     seen: HashSet<u64>,
-    /// Splits recorded and replayed since creation (for tests and reports).
-    pub recorded: u64,
-    pub replayed: u64,
 }
 
 impl GraphCache {
@@ -144,7 +136,6 @@ impl GraphCache {
         }
         let key = split_key(split);
         if let Some(&g) = self.graphs.get(&key) {
-            self.replayed += 1;
             return Plan::Replay(g);
         }
         match self.seen.contains(&key) {
@@ -159,8 +150,6 @@ impl GraphCache {
     }
 
     pub fn insert(&mut self, key: u64, g: GraphId) {
-        self.recorded += 1;
-        self.replayed += 1;
         self.graphs.insert(key, g);
     }
 

@@ -20,6 +20,7 @@ pub mod device;
 pub mod driver;
 pub mod driver_device;
 pub mod exec;
+pub mod fnv;
 pub mod graphs;
 pub mod kernels;
 pub mod module_cache;
@@ -83,12 +84,7 @@ pub fn create(_info: &DeviceInfo, config: &BackendConfig) -> Result<Box<dyn Back
     let unusable = |reason: String| GraphError::BackendUnusable { name: "cuda".into(), reason };
     let cap = match config.memory_cap {
         Some(c) => Some(c),
-        None => match std::env::var(MEMORY_CAP_ENV) {
-            Ok(v) if !v.trim().is_empty() => Some(
-                super::cpu::parse_bytes(&v).ok_or_else(|| unusable(format!("{MEMORY_CAP_ENV}='{}' is not a byte count (e.g. 512M, 2G)", v.chars().take(40).collect::<String>())))?,
-            ),
-            _ => None,
-        },
+        None => super::cpu::memory_cap_from_var(MEMORY_CAP_ENV, "cuda")?,
     };
     let dev = driver_device::DriverDevice::open().map_err(|e| unusable(e.to_string()))?;
     Ok(Box::new(CudaBackend::new(Box::new(dev), cap)))

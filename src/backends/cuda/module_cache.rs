@@ -3,7 +3,7 @@
 //!
 //! A module is keyed by everything that changes its PTX: the source's name and text, every
 //! header's name and text, the target architecture, the compile options and the NVRTC
-//! version. The key is a 64-bit FNV-1a hash of those, in the file name
+//! version. The key is a 64-bit FNV-1a hash of those ([`Fnv`]), in the file name
 //! (`<source>-<arch>-<hash>.ptx`). A file that is unreadable or not a PTX image for that
 //! architecture is compiled again and replaced; files are written to a temporary name and
 //! renamed, so a concurrent start never reads half a file.
@@ -15,6 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::fnv::Fnv;
 use super::nvrtc::{self, Image, NvrtcError, Source};
 
 /// Environment variable naming the cache folder (`off` or `0`: no cache).
@@ -31,32 +32,17 @@ pub enum Outcome {
     Uncached(String),
 }
 
-/// 64-bit FNV-1a over length-prefixed fields (so `("ab", "c")` and `("a", "bc")` differ).
-fn fnv1a(fields: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |b: u8| {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    };
-    for f in fields {
-        (f.len() as u64).to_le_bytes().into_iter().for_each(&mut eat);
-        f.iter().copied().for_each(&mut eat);
-    }
-    h
-}
-
 /// The cache key of `src` compiled for `arch` with `options` by NVRTC `version`.
 pub fn key(src: &Source, arch: &str, options: &[String], version: (i32, i32)) -> u64 {
     let ver = format!("{}.{}", version.0, version.1);
-    let mut fields: Vec<&[u8]> = vec![src.name.as_bytes(), src.text.as_bytes(), arch.as_bytes(), ver.as_bytes()];
+    let mut h = Fnv::default();
+    [src.name.as_bytes(), src.text.as_bytes(), arch.as_bytes(), ver.as_bytes()].into_iter().for_each(|f| h.field(f));
     for (n, t) in src.headers {
-        fields.push(n.as_bytes());
-        fields.push(t.as_bytes());
+        h.field(n.as_bytes());
+        h.field(t.as_bytes());
     }
-    for o in options {
-        fields.push(o.as_bytes());
-    }
-    fnv1a(&fields)
+    options.iter().for_each(|o| h.field(o.as_bytes()));
+    h.0
 }
 
 /// The cache folder, or why there is none.

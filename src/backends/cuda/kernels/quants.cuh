@@ -187,10 +187,13 @@ __device__ __forceinline__ int qi_q4_1(const u8 *row, int j) {
     const u8 q = b[4 + (i & 15)];
     return i < 16 ? (q & 0xF) : (q >> 4);
 }
-__device__ __forceinline__ void ab_q4_1(const u8 *row, int g, float *a, float *b) {
-    const u8 *blk = row + (g / 2) * BS_Q4_1;
+// The Q4_1 / Q5_1 map: d and m are the block's first two f16s.
+__device__ __forceinline__ void ab_dm(const u8 *blk, float *a, float *b) {
     *a = f16_to_f32(ld_u16(blk));
     *b = f16_to_f32(ld_u16(blk + 2));
+}
+__device__ __forceinline__ void ab_q4_1(const u8 *row, int g, float *a, float *b) {
+    ab_dm(row + (g / 2) * BS_Q4_1, a, b);
 }
 
 __device__ __forceinline__ int qi_q5_0(const u8 *row, int j) {
@@ -214,9 +217,7 @@ __device__ __forceinline__ int qi_q5_1(const u8 *row, int j) {
     return (i < 16 ? (q & 0xF) : (q >> 4)) | (((qh >> i) & 1) << 4);
 }
 __device__ __forceinline__ void ab_q5_1(const u8 *row, int g, float *a, float *b) {
-    const u8 *blk = row + (g / 2) * BS_Q5_1;
-    *a = f16_to_f32(ld_u16(blk));
-    *b = f16_to_f32(ld_u16(blk + 2));
+    ab_dm(row + (g / 2) * BS_Q5_1, a, b);
 }
 
 __device__ __forceinline__ int qi_q8_0(const u8 *row, int j) {
@@ -265,12 +266,15 @@ __device__ __forceinline__ int qi_q4_k(const u8 *row, int j) {
     const u8 q = b[16 + 32 * c + l];
     return hi ? (q >> 4) : (q & 0xF);
 }
-__device__ __forceinline__ void ab_q4_k(const u8 *row, int g, float *a, float *b) {
-    const u8 *blk = row + (g / 16) * BS_Q4_K;
+// The Q4_K / Q5_K map of group g: d * sc and -dmin * m of its 32-value sub-block.
+__device__ __forceinline__ void ab_k4(const u8 *blk, int g, float *a, float *b) {
     int sc, m;
     scale_min_k4((g % 16) / 2, blk + 4, &sc, &m);
     *a = f16_to_f32(ld_u16(blk)) * (float)sc;
     *b = -f16_to_f32(ld_u16(blk + 2)) * (float)m;
+}
+__device__ __forceinline__ void ab_q4_k(const u8 *row, int g, float *a, float *b) {
+    ab_k4(row + (g / 16) * BS_Q4_K, g, a, b);
 }
 
 __device__ __forceinline__ int qi_q5_k(const u8 *row, int j) {
@@ -280,11 +284,7 @@ __device__ __forceinline__ int qi_q5_k(const u8 *row, int j) {
     return (hi ? (q >> 4) : (q & 0xF)) + (((b[16 + l] >> (2 * c + hi)) & 1) << 4);
 }
 __device__ __forceinline__ void ab_q5_k(const u8 *row, int g, float *a, float *b) {
-    const u8 *blk = row + (g / 16) * BS_Q5_K;
-    int sc, m;
-    scale_min_k4((g % 16) / 2, blk + 4, &sc, &m);
-    *a = f16_to_f32(ld_u16(blk)) * (float)sc;
-    *b = -f16_to_f32(ld_u16(blk + 2)) * (float)m;
+    ab_k4(row + (g / 16) * BS_Q5_K, g, a, b);
 }
 
 // Q6_K: group g of a block has the signed scale scales[g % 16]; value d * sc * (q - 32).
