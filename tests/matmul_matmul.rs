@@ -14,7 +14,7 @@
 //! 1e-3 for Q4_1/Q5_1 whose min term uses Q8_1's `s = f16(d Σ q)` rather than `Σ a_i`, and
 //! `2^-23 |out|` the rounding of the bias add.
 
-use minfer::quants::simd::{Isa, SimdError, supported_isas};
+use minfer::quants::simd::{Isa, SimdError, supported_isas, vec_dot_row_isa};
 use minfer::quants::*;
 use minfer::backends::cpu::kernels::Pool;
 use minfer::backends::cpu::kernels::matmul::{MatmulError, WeightMatrix, matmul, matmul_with_isa};
@@ -239,12 +239,13 @@ fn active_isa_is_what_matmul_uses_and_scalar_equals_reference_dots() {
 
 /// Q4_0 and Q4_K matrices of a multiple of 8 rows are multiplied in the order of llama.cpp's
 /// repacked gemv (`quants::gemv`), bit for bit the same in every ISA this CPU runs on x86;
-/// other row counts use the dot.
+/// other row counts use the dot. Q2_K is repacked by llama.cpp's AVX-512 build only: the gemv
+/// order in the scalar and AVX-512 kernels, the AVX2 dot's order in the AVX2 kernels.
 #[test]
 fn repacked_types_use_the_gemv_order() {
     let pool = Pool::new(2).unwrap();
     let mut rng = Rng(0xabcd_0005);
-    for ty in [GgmlType::Q4_0, GgmlType::Q4K] {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4K, GgmlType::Q2K] {
         let cols = cols_for(ty);
         for rows in [16, 9] {
             let data = matrix(&mut rng, ty, rows, cols);
@@ -262,6 +263,7 @@ fn repacked_types_use_the_gemv_order() {
                     let row = &data[r * row_bytes..(r + 1) * row_bytes];
                     let v = match (rows % 8, &act) {
                         (0, ActRow::Q8_0(a)) => gemv::gemv_q4_0(blocks_of(row, cols).unwrap(), a),
+                        (0, ActRow::Q8K(a)) if ty == GgmlType::Q2K => gemv::gemv_q2_k(blocks_of(row, cols).unwrap(), a),
                         (0, ActRow::Q8K(a)) => gemv::gemv_q4_k(blocks_of(row, cols).unwrap(), a),
                         _ => vec_dot_row(ty, row, &act).unwrap(),
                     };
@@ -275,6 +277,17 @@ fn repacked_types_use_the_gemv_order() {
                     continue;
                 }
                 let got = bits(&run(&pool, &w, &x, None, isa));
+                #[cfg(target_arch = "x86_64")]
+                if ty == GgmlType::Q2K && isa == Isa::Avx2 {
+                    let dots: Vec<u32> = (0..rows)
+                        .map(|r| {
+                            let row = &data[r * row_bytes..(r + 1) * row_bytes];
+                            vec_dot_row_isa(Isa::Avx2, ty, row, &act).unwrap().to_bits()
+                        })
+                        .collect();
+                    assert_eq!(got, dots, "{ty} {isa} rows {rows}: the AVX2 build's vec_dot");
+                    continue;
+                }
                 assert_eq!(got, want, "{ty} {isa} rows {rows}");
             }
         }

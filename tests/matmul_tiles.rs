@@ -3,7 +3,7 @@
 //! repacked gemv order, Q6_K in vec_dot's order). Shapes cover every remainder path of the
 //! kernels: 16 and 48 rows (one and three row registers), 1 to 7 tokens.
 //!
-//! The SIMD tiles run where the CPU has AVX-512 VNNI; the twins are checked against the AVX2
+//! The SIMD tiles run where the CPU has AVX2 or AVX-512 VNNI (each checked); the twins are checked against the AVX2
 //! (x86) dots wherever AVX2 runs, since that is the order they promise.
 
 use minfer::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile, b32_cell_scalar, tile_scalar};
@@ -42,6 +42,19 @@ fn case<W: WeightBlock>(rng: &mut Rng, rows: usize, cols: usize, tokens: usize) 
     (blocks, acts)
 }
 
+/// The kernels of every ISA this CPU runs that has tile kernels (AVX2, AVX-512).
+fn tile_isas() -> Vec<Kernels> {
+    let tiled: Vec<Kernels> = [Isa::Avx2, Isa::Avx512]
+        .into_iter()
+        .filter_map(|isa| Kernels::for_isa(isa).ok())
+        .filter(|k| k.has_tiles())
+        .collect();
+    if tiled.is_empty() {
+        println!("no tile ISA on this CPU: only the scalar twins are checked");
+    }
+    tiled
+}
+
 /// Every element of `out` equals the AVX2 single-token kernel (`gemv` when `repacked`).
 fn assert_equals_x86_dots<W: simd::SimdDot>(
     what: &str,
@@ -66,7 +79,7 @@ fn assert_equals_x86_dots<W: simd::SimdDot>(
 
 fn b32_case<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(seed: u32) {
     let mut rng = Rng(seed);
-    let avx512 = Kernels::for_isa(Isa::Avx512).ok();
+    let tiled = tile_isas();
     for rows in ROWS {
         for tokens in TOKENS {
             let cols = 7 * 32;
@@ -76,13 +89,13 @@ fn b32_case<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(seed: u32) {
             let mut twin = outputs(tokens, rows);
             tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut twin), b32_cell_scalar);
             assert_equals_x86_dots(&what, &blocks, cols / 32, &acts, &twin, false);
-            if let Some(k) = avx512 {
+            for k in &tiled {
                 let mut tile = B32Tile::default();
                 tile.fill(&blocks, cols / 32);
                 let panel = B32Panel::new(q8.clone(), W::OFFSET);
                 let mut simd = outputs(tokens, rows);
                 assert!(k.b32_tile(&tile, &panel, &mut pieces(&mut simd)));
-                assert_eq!(bits(&simd), bits(&twin), "{what}: AVX-512 tile vs scalar twin");
+                assert_eq!(bits(&simd), bits(&twin), "{what}: {:?} tile vs scalar twin", k.isa());
             }
         }
     }
@@ -142,7 +155,7 @@ fn assert_same_k6(scalar: &K6Tile, blocks: &[BlockQ6K], per_row: usize, k: &Kern
 #[test]
 fn k_quant_tiles_equal_twin_and_dots() {
     let mut rng = Rng(0x7115_0003);
-    let avx512 = Kernels::for_isa(Isa::Avx512).ok();
+    let tiled = tile_isas();
     for rows in ROWS {
         for tokens in TOKENS {
             let cols = 3 * QK_K;
@@ -163,19 +176,20 @@ fn k_quant_tiles_equal_twin_and_dots() {
             tile_scalar(&q6, per_row, &p6.acts, &mut pieces(&mut twin6), q6k_cell_scalar);
             assert_equals_x86_dots(&format!("Q6_K rows {rows} tokens {tokens}"), &q6, per_row, &acts6, &twin6, false);
 
-            if let Some(k) = avx512 {
+            for k in &tiled {
+                let isa = k.isa();
                 let mut t4 = K4Tile::default();
                 t4.fill(&q4, per_row);
-                assert_same_k4(&t4, &q4, per_row, &k);
+                assert_same_k4(&t4, &q4, per_row, k);
                 let mut simd4 = outputs(tokens, rows);
                 assert!(k.k4_tile(&t4, &p4, &mut pieces(&mut simd4)));
-                assert_eq!(bits(&simd4), bits(&twin4), "Q4_K rows {rows} tokens {tokens}");
+                assert_eq!(bits(&simd4), bits(&twin4), "{isa:?} Q4_K rows {rows} tokens {tokens}");
                 let mut t6 = K6Tile::default();
                 t6.fill(&q6, per_row);
-                assert_same_k6(&t6, &q6, per_row, &k);
+                assert_same_k6(&t6, &q6, per_row, k);
                 let mut simd6 = outputs(tokens, rows);
                 assert!(k.k6_tile(&t6, &p6, &mut pieces(&mut simd6)));
-                assert_eq!(bits(&simd6), bits(&twin6), "Q6_K rows {rows} tokens {tokens}");
+                assert_eq!(bits(&simd6), bits(&twin6), "{isa:?} Q6_K rows {rows} tokens {tokens}");
             }
         }
     }

@@ -124,6 +124,8 @@ pub struct B32Tile {
     pub d: Vec<[f32; LANES]>,
     pub vecs: usize,
     pub per_row: usize,
+    /// The weight type's [`Block32Gemm::OFFSET`] (kernels without VNNI read Q8_0 as signed).
+    pub offset: i32,
 }
 
 impl<W: Block32Gemm> RowLaneTile<W> for B32Tile {
@@ -136,7 +138,7 @@ impl<W: Block32Gemm> RowLaneTile<W> for B32Tile {
             put_lane_groups(&mut self.q[vb * 8..][..8], lane, &q);
             self.d[vb][lane] = d;
         });
-        (self.vecs, self.per_row) = (vecs, per_row);
+        (self.vecs, self.per_row, self.offset) = (vecs, per_row, W::OFFSET);
     }
 }
 
@@ -169,6 +171,23 @@ impl<'a> B32Panel<'a> {
             .map(|row| row.iter().map(|b| b.d.to_f32()).collect())
             .collect();
         B32Panel { acts, corr, da }
+    }
+}
+
+/// Whether `out` has a piece of at least `rows` values for each of `tokens` tokens, and each
+/// token's activation row `lens` holds `n` blocks: the shapes every tile kernel checks before
+/// it writes anything.
+pub fn shapes_fit(out: &[&mut [f32]], rows: usize, n: usize, mut lens: impl Iterator<Item = usize>) -> bool {
+    out.iter().all(|o| o.len() >= rows) && lens.all(|l| l == n)
+}
+
+impl B32Panel<'_> {
+    /// Whether a tile kernel may run `tile` against this panel into `out`: a piece of every
+    /// tile row for each token, and each token's rows of `tile.per_row` blocks.
+    pub fn fits(&self, tile: &B32Tile, out: &[&mut [f32]]) -> bool {
+        let lens = self.acts.iter().map(|a| a.len());
+        let lens = lens.chain(self.corr.iter().map(|c| c.len())).chain(self.da.iter().map(|d| d.len()));
+        out.len() >= self.acts.len() && shapes_fit(out, tile.vecs * LANES, tile.per_row, lens)
     }
 }
 

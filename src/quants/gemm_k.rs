@@ -32,7 +32,7 @@
 
 use super::blocks::{BlockQ4K, BlockQ6K, BlockQ8K};
 use super::gemm::{
-    RowLaneTile, for_each_lane_block, hsum_float_8, lane_groups, put_lane_groups, reset,
+    RowLaneTile, for_each_lane_block, hsum_float_8, lane_groups, put_lane_groups, reset, shapes_fit,
 };
 
 pub use super::gemm::LANES;
@@ -105,6 +105,16 @@ impl<'a> K8Panel<'a> {
     }
 }
 
+impl K8Panel<'_> {
+    /// Whether a tile kernel may run a tile of `vecs` row groups of `per_row` super-blocks
+    /// against this panel into `out` (a piece of every row for each token, rows of `per_row`
+    /// blocks and `bsum` pairs).
+    pub fn fits(&self, (vecs, per_row): (usize, usize), out: &[&mut [f32]]) -> bool {
+        let lens = self.acts.iter().map(|a| a.len()).chain(self.bs.iter().map(|b| b.len()));
+        out.len() >= self.acts.len() && shapes_fit(out, vecs * LANES, per_row, lens)
+    }
+}
+
 /// Q6_K rows unpacked into row lanes (layout as [`K4Tile`], `vs = v * per_row + s`):
 ///
 /// * `q[vs * 64 + i]`: unsigned quants (0..=63) of values `4i..4i+4`, 4 bytes per row;
@@ -167,4 +177,16 @@ pub fn q6k_cell_scalar(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
         }
     }
     hsum_float_8(&acc)
+}
+
+/// Writes row group `v` of a Q6_K tile product: `out[t][16v + lane] = hsum_float_8` of the
+/// token's 8 lane accumulators (`acc[t][k][lane]`), the last step of every ISA's kernel.
+pub fn k6_write(out: &mut [&mut [f32]], acc: &[[[f32; LANES]; 8]], v: usize) {
+    for (o, a) in out.iter_mut().zip(acc) {
+        let rows = &mut o[v * LANES..(v + 1) * LANES];
+        for (lane, o) in rows.iter_mut().enumerate() {
+            let l: [f32; 8] = std::array::from_fn(|k| a[k][lane]);
+            *o = hsum_float_8(&l);
+        }
+    }
 }

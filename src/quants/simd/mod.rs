@@ -10,6 +10,7 @@
 //! * [`SimdDot`]: implemented by every weight block type; ties it to its kernel in each ISA.
 //! * [`vec_dot_row_isa`] / [`vec_dot_isa`]: checked one-off dots with an explicit ISA (tests).
 //! * `x86_avx2.rs`, `x86_avx512.rs`, `aarch64_neon.rs`: the kernels. `unsafe` lives only there.
+//!   `x86_avx2_gemm.rs` / `x86_avx512_gemm.rs`: the many-token (prefill) tiles of each x86 ISA.
 //!   The scalar ISA is the reference dots of [`dot`](super::dot).
 //!
 //! # Levers
@@ -37,6 +38,7 @@
 //! | F16 · F16 | `ggml_vec_dot_f16`, same layout, f64 tail | AVX build | AVX-512 build |
 //! | BF16 · BF16 | `ggml_vec_dot_bf16` | AVX2 build: 4×8 lanes `mul`+`add` | AVX512_BF16 build: `vdpbf16ps` emulated (exact products, odd then even) |
 //! | Q4_0 · Q8_0, Q4_K · Q8_K, matrix of 8k rows | repacked `ggml_gemv_*_8x8` ([`gemv`](super::gemv)): whole block integer, one `fma` per block | [`Kernels::gemv`] | same |
+//! | Q2_K · Q8_K, matrix of 8k rows | AVX-512 build: repacked `ggml_gemv_q2_K_8x8_q8_K`; AVX2 build: `vec_dot` | `vec_dot` order | gemv order |
 //!
 //! An AVX-512 CPU without VNNI runs the AVX2 kernels: the same quantized results as its ggml
 //! build (VNNI changes no integer), but the F32/F16/BF16 order of ggml's AVX2 build.
@@ -68,6 +70,8 @@ use super::{ActRow, GgmlType, QuantError};
 mod aarch64_neon;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx2_gemm;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 #[cfg(target_arch = "x86_64")]
@@ -272,10 +276,11 @@ impl Kernels {
         }
     }
 
-    /// Whether [`Kernels::b32_tile`] and [`Kernels::k4_tile`] run on this ISA.
+    /// Whether [`Kernels::b32_tile`], [`Kernels::k4_tile`] and [`Kernels::k6_tile`] run on this
+    /// ISA (AVX2 and AVX-512; scalar and NEON multiply element by element).
     pub fn has_tiles(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if let Backend::Avx512(_) = self.0 {
+        if let Backend::Avx512(_) | Backend::Avx2(_) = self.0 {
             return true;
         }
         false
@@ -285,10 +290,13 @@ impl Kernels {
     /// Q8_0 activations; see [`gemm`](super::gemm)): `out[t][r]`, each element bit-identical to
     /// [`Kernels::dot`] of the x86 ISAs. Returns `false`, writing nothing, where this ISA has
     /// no such kernel or the shapes do not fit (then multiply element by element).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // tiles are x86-only
     pub fn b32_tile(&self, tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => t.b32_tile(tile, panel, out),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2(t) => t.b32_tile(tile, panel, out),
             _ => false,
         }
     }
@@ -297,10 +305,13 @@ impl Kernels {
     /// (see [`gemm_k`](super::gemm_k)): `out[t][r]`, each element bit-identical to
     /// [`Kernels::gemv`]. Returns `false`, writing nothing, where this ISA has no such kernel
     /// or the shapes do not fit.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // tiles are x86-only
     pub fn k4_tile(&self, tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => t.k4_tile(tile, panel, out),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2(t) => t.k4_tile(tile, panel, out),
             _ => false,
         }
     }
@@ -309,10 +320,13 @@ impl Kernels {
     /// [`gemm_k`](super::gemm_k)): `out[t][r]`, each element bit-identical to [`Kernels::dot`]
     /// of the x86 ISAs. Returns `false`, writing nothing, where this ISA has no such kernel
     /// or the shapes do not fit.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // tiles are x86-only
     pub fn k6_tile(&self, tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => t.k6_tile(tile, panel, out),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2(t) => t.k6_tile(tile, panel, out),
             _ => false,
         }
     }
@@ -350,7 +364,8 @@ impl Kernels {
 /// The per-ISA methods take the ISA's proof token, so they cannot be reached on a CPU that lacks
 /// the ISA; call them through [`Kernels::dot`] and [`Kernels::gemv`].
 pub trait SimdDot: VecDot {
-    /// `Some(n)` for the types llama.cpp's x86 CPU backend repacks (Q4_0, Q4_K): a matrix whose
+    /// `Some(n)` for the types llama.cpp's x86 CPU backend repacks (Q4_0, Q4_K; Q2_K in its
+    /// AVX-512 build only, whose AVX2 kernels keep the dot's order): a matrix whose
     /// row count is a multiple of `n` is multiplied by ggml's repacked gemv, whose per-row float
     /// order differs from `vec_dot`'s (see [`gemv`](super::gemv)); [`Kernels::gemv`] computes
     /// that order. `None`: the type is always multiplied by `vec_dot`.
@@ -378,8 +393,24 @@ pub trait SimdDot: VecDot {
 /// types llama.cpp repacks, the gemv kernel (`repack NAME`: `gemv::NAME` in scalar, the
 /// kernel of the same name in the x86 files; NEON keeps its dot, which follows no ggml order).
 macro_rules! simd_dot {
-    ($($w:ty => $k:ident $(repack $g:ident)?),* $(,)?) => {$(
+    ($($w:ty => $k:ident $(repack $g:ident)? $(repack_avx512 $g5:ident)?),* $(,)?) => {$(
         impl SimdDot for $w {
+            // `repack_avx512`: llama.cpp repacks the type only in a build with AVX-512, so
+            // the AVX2 kernels keep vec_dot's order (an AVX2 build's answer on an AVX2 CPU).
+            $(const REPACK_ROWS: Option<usize> = Some(super::gemv::REPACK_ROWS);
+
+            #[inline]
+            fn gemv(k: Kernels, w: &[Self], a: &[Self::Act]) -> f32 {
+                match k.0 {
+                    Backend::Scalar => super::gemv::$g5(w, a),
+                    #[cfg(target_arch = "x86_64")]
+                    Backend::Avx2(t) => t.$k(w, a),
+                    #[cfg(target_arch = "x86_64")]
+                    Backend::Avx512(t) => t.$g5(w, a),
+                    #[cfg(target_arch = "aarch64")]
+                    Backend::Neon(_, t) => t.$k(w, a),
+                }
+            })?
             $(const REPACK_ROWS: Option<usize> = Some(super::gemv::REPACK_ROWS);
 
             #[inline]
@@ -417,7 +448,7 @@ simd_dot! {
     F32Le => f32, F16Le => f16, Bf16Le => bf16,
     BlockQ4_0 => q4_0 repack gemv_q4_0, BlockQ4_1 => q4_1, BlockQ5_0 => q5_0, BlockQ5_1 => q5_1,
     BlockQ8_0 => q8_0,
-    BlockQ2K => q2_k, BlockQ3K => q3_k, BlockQ4K => q4_k repack gemv_q4_k, BlockQ5K => q5_k,
+    BlockQ2K => q2_k repack_avx512 gemv_q2_k, BlockQ3K => q3_k, BlockQ4K => q4_k repack gemv_q4_k, BlockQ5K => q5_k,
     BlockQ6K => q6_k,
 }
 

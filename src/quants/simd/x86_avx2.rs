@@ -55,6 +55,7 @@ entries! { Avx2, "avx2, fma, f16c";
     q5_1 => q5_1: (BlockQ5_1, BlockQ8_1);
     q8_0 => q8_0: (BlockQ8_0, BlockQ8_0);
     q2_k => q2_k: (BlockQ2K, BlockQ8K);
+    gemv_q2_k => gemv_q2_k: (BlockQ2K, BlockQ8K);
     q3_k => q3_k: (BlockQ3K, BlockQ8K);
     q4_k => q4_k: (BlockQ4K, BlockQ8K);
     q5_k => q5_k: (BlockQ5K, BlockQ8K);
@@ -325,41 +326,65 @@ fn scaled_chunk(q: __m256i, q8: __m256i, sc: __m256i) -> __m256i {
     _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, q8))
 }
 
+/// The two i32 lane vectors of one Q2_K block in `ggml_vec_dot_q2_K_q8_K`'s AVX2 layout:
+/// `(Σ scale·q·a, Σ min·bsum)`, lane by lane (exact integers).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q2_k_lanes(x: &BlockQ2K, y: &BlockQ8K) -> (__m256i, __m256i) {
+    let m3 = _mm256_set1_epi8(3);
+    let packed = ld128(&x.scales);
+    let scales = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
+    let mins = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0f));
+    let prod = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins), ld_bsums(&y.bsums));
+    let sc: [i16; 16] = bytemuck::cast(_mm256_cvtepi8_epi16(scales));
+    let mut sumi = _mm256_setzero_si256();
+    for h in 0..2 {
+        let (qs, _) = x.qs.as_chunks::<32>();
+        let bits = ld256(&qs[h]);
+        let s = |c: usize| scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
+        let q0 = _mm256_and_si256(bits, m3);
+        let q1 = _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3);
+        let q2 = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3);
+        let q3 = _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3);
+        let p0 = scaled_chunk(q0, q8(y, 4 * h), s(0));
+        let p1 = scaled_chunk(q1, q8(y, 4 * h + 1), s(1));
+        let p2 = scaled_chunk(q2, q8(y, 4 * h + 2), s(2));
+        let p3 = scaled_chunk(q3, q8(y, 4 * h + 3), s(3));
+        let p = _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3));
+        sumi = _mm256_add_epi32(sumi, p);
+    }
+    (sumi, prod)
+}
+
 /// `ggml_vec_dot_q2_K_q8_K`: per block `acc = fma(-yd*dmin, mins·bsums lanes, acc)` then
 /// `acc = fma(yd*d, lanes, acc)`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
-    let m3 = _mm256_set1_epi8(3);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
         let (xd, xmin) = f16x2(x.d, x.dmin);
         let d = y.d * xd;
         let dmin = -y.d * xmin;
-        let packed = ld128(&x.scales);
-        let scales = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
-        let mins = _mm_and_si128(_mm_srli_epi16::<4>(packed), _mm_set1_epi8(0x0f));
-        let prod = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins), ld_bsums(&y.bsums));
+        let (sumi, prod) = q2_k_lanes(x, y);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
-        let sc: [i16; 16] = bytemuck::cast(_mm256_cvtepi8_epi16(scales));
-        let mut sumi = _mm256_setzero_si256();
-        for h in 0..2 {
-            let (qs, _) = x.qs.as_chunks::<32>();
-            let bits = ld256(&qs[h]);
-            let s = |c: usize| scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
-            let q0 = _mm256_and_si256(bits, m3);
-            let q1 = _mm256_and_si256(_mm256_srli_epi16::<2>(bits), m3);
-            let q2 = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m3);
-            let q3 = _mm256_and_si256(_mm256_srli_epi16::<6>(bits), m3);
-            let p0 = scaled_chunk(q0, q8(y, 4 * h), s(0));
-            let p1 = scaled_chunk(q1, q8(y, 4 * h + 1), s(1));
-            let p2 = scaled_chunk(q2, q8(y, 4 * h + 2), s(2));
-            let p3 = scaled_chunk(q3, q8(y, 4 * h + 3), s(3));
-            let p = _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3));
-            sumi = _mm256_add_epi32(sumi, p);
-        }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_float_8(acc)
+}
+
+/// One row of ggml's `ggml_gemv_q2_K_8x8_q8_K` (x86, used where its build has AVX-512): per
+/// super-block `acc = fma(Σ sc·q·a, d_w * d_a, acc)`, `acc_min = fma(Σ m·bsum, dmin_w * d_a,
+/// acc_min)`, result `acc - acc_min`. Bit-identical to [`gemv_q2_k`](crate::quants::gemv::gemv_q2_k).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn gemv_q2_k(w: &[BlockQ2K], a: &[BlockQ8K]) -> f32 {
+    let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+    for (x, y) in w.iter().zip(a) {
+        let (sumi, prod) = q2_k_lanes(x, y);
+        let (idot, imin) = (hsum_i32_8(sumi), hsum_i32_8(prod));
+        acc = (idot as f32).mul_add(f16(x.d) * y.d, acc);
+        acc_min = (imin as f32).mul_add(f16(x.dmin) * y.d, acc_min);
+    }
+    acc - acc_min
 }
 
 /// `ggml_vec_dot_q3_K_q8_K`: `q = low - 4 * !high`, computed as `low·q8 - (4 if high clear)·q8`.

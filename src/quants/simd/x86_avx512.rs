@@ -55,6 +55,7 @@ entries! { Avx512, "avx2, fma, f16c, avx512f/bw/vl/vnni";
     q5_1 => q5_1: (BlockQ5_1, BlockQ8_1);
     q8_0 => q8_0: (BlockQ8_0, BlockQ8_0);
     q2_k => super::x86_avx2::q2_k: (BlockQ2K, BlockQ8K);
+    gemv_q2_k => super::x86_avx2::gemv_q2_k: (BlockQ2K, BlockQ8K);
     q3_k => super::x86_avx2::q3_k: (BlockQ3K, BlockQ8K);
     q4_k => super::x86_avx2::q4_k: (BlockQ4K, BlockQ8K);
     q5_k => super::x86_avx2::q5_k: (BlockQ5K, BlockQ8K);

@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 use super::x86_avx512::Avx512;
 use crate::quants::BlockQ8_0;
 use crate::quants::gemm::{B32Panel, B32Tile};
-use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
+use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES, k6_write};
 
 // ---- many-token products: see `crate::quants::gemm`
 
@@ -18,13 +18,6 @@ fn bcast4(qs: &[i8], g: usize) -> __m512i {
     let four = &qs[4 * g..4 * g + 4];
     // SAFETY: `four` is 4 readable bytes; read_unaligned needs no alignment.
     _mm512_set1_epi32(unsafe { four.as_ptr().cast::<i32>().read_unaligned() })
-}
-
-/// Whether `out` has a piece of at least `rows` values for each of `tokens` tokens, and each
-/// token's activation row `lens` holds `n` blocks: the shapes every tile kernel checks before
-/// it writes anything.
-fn shapes_fit(out: &[&mut [f32]], rows: usize, n: usize, mut lens: impl Iterator<Item = usize>) -> bool {
-    out.iter().all(|o| o.len() >= rows) && lens.all(|l| l == n)
 }
 
 /// Tokens per [`b32_step`].
@@ -87,13 +80,10 @@ fn b32_step<const T: usize>(
 /// [`b32_cell_scalar`](crate::quants::gemm::b32_cell_scalar) and to the single-token dots.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn b32_tile(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
-    let n = tile.per_row;
-    let tokens = panel.acts.len();
-    let lens = panel.acts.iter().map(|a| a.len());
-    let lens = lens.chain(panel.corr.iter().map(|c| c.len())).chain(panel.da.iter().map(|d| d.len()));
-    if out.len() < tokens || !shapes_fit(out, tile.vecs * LANES, n, lens) {
+    if !panel.fits(tile, out) {
         return false;
     }
+    let tokens = panel.acts.len();
     for v in 0..tile.vecs {
         let mut t = 0;
         while t + B32_T <= tokens {
@@ -235,8 +225,7 @@ fn k4_sweep<const V: usize>(
 fn k4_tile(tile: &K4Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
     let n = tile.per_row;
     let tokens = panel.acts.len();
-    let lens = panel.acts.iter().map(|a| a.len()).chain(panel.bs.iter().map(|b| b.len()));
-    if out.len() < tokens || !shapes_fit(out, tile.vecs * LANES, n, lens) {
+    if !panel.fits((tile.vecs, n), out) {
         return false;
     }
     let mut v0 = 0;
@@ -341,7 +330,7 @@ fn k6_step<const T: usize>(
 fn k6_tile(tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
     let n = tile.per_row;
     let tokens = panel.acts.len();
-    if out.len() < tokens || !shapes_fit(out, tile.vecs * LANES, n, panel.acts.iter().map(|a| a.len())) {
+    if !panel.fits((tile.vecs, n), out) {
         return false;
     }
     for v in 0..tile.vecs {
@@ -361,13 +350,7 @@ fn k6_tile(tile: &K6Tile, panel: &K8Panel, out: &mut [&mut [f32]]) -> bool {
                 k6_step::<1>(tile, v, s, [&panel.acts[t][s]], &mut acc[t..t + 1]);
             }
         }
-        for (o, a) in out.iter_mut().zip(&acc) {
-            let rows = &mut o[v * LANES..(v + 1) * LANES];
-            for (lane, o) in rows.iter_mut().enumerate() {
-                let l: [f32; 8] = std::array::from_fn(|k| a[k][lane]);
-                *o = crate::quants::gemm::hsum_float_8(&l);
-            }
-        }
+        k6_write(out, &acc, v);
     }
     true
 }
