@@ -33,4 +33,6 @@ cargo test --release --features cuda "$@"
 # scripts/device_check.sh works, rehearsed on the CPU (the whole suite only, not a filtered run).
 if [ $# -eq 0 ]; then
   scripts/device_check.sh --dry-run
+  # The NEON kernels under qemu-aarch64 (cross-built; the whole suite only).
+  scripts/test_neon.sh
 fi

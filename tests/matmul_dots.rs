@@ -20,6 +20,8 @@
 //!
 //! The bit-exact tests need no budget: the x86 kernels reproduce ggml's float order.
 
+mod common;
+
 use minfer::quants::simd::{Isa, SimdError, supported_isas, vec_dot_row_isa};
 use minfer::quants::*;
 
@@ -447,8 +449,7 @@ fn env_levers_steer_the_active_isa() {
     let levers = ["MINFER_NO_AVX2", "MINFER_NO_AVX512", "MINFER_NO_NEON"];
     // The ISA the test binary reports in a fresh process with `lever=1` (or none).
     let active_with = |lever: Option<&str>| -> String {
-        let exe = std::env::current_exe().expect("test binary path");
-        let mut cmd = std::process::Command::new(exe);
+        let mut cmd = common::rerun_self();
         cmd.args([
             "--exact",
             "print_active_isa",
@@ -470,7 +471,8 @@ fn env_levers_steer_the_active_isa() {
         let why = || {
             panic!(
                 "no ACTIVE_ISA line from the child test process ({}; stderr: {}); under an \
-                 emulator the test binary must be directly executable (binfmt)",
+                 emulator the test binary must be directly executable (binfmt) or \
+                 MINFER_TEST_RUNNER must name the emulator",
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             )

@@ -208,9 +208,8 @@ fn report_detected_isa() {
 
 #[test]
 fn env_levers_force_lower_paths() {
-    let exe = std::env::current_exe().unwrap();
     let detected_with = |vars: &[(&str, &str)]| -> String {
-        let mut cmd = std::process::Command::new(&exe);
+        let mut cmd = common::rerun_self();
         cmd.args([
             "--ignored",
             "--exact",
@@ -219,7 +218,8 @@ fn env_levers_force_lower_paths() {
             "--test-threads=1",
         ]);
         cmd.env_remove("MINFER_NO_AVX2")
-            .env_remove("MINFER_NO_AVX512");
+            .env_remove("MINFER_NO_AVX512")
+            .env_remove("MINFER_NO_NEON");
         for (k, v) in vars {
             cmd.env(k, v);
         }
@@ -235,6 +235,11 @@ fn env_levers_force_lower_paths() {
     };
     let best = Isa::supported().into_iter().max().unwrap_or(Isa::Scalar);
     assert_eq!(detected_with(&[]), best.name());
+    if cfg!(target_arch = "aarch64") {
+        assert_eq!(detected_with(&[("MINFER_NO_NEON", "1")]), "scalar");
+        assert_eq!(detected_with(&[("MINFER_NO_AVX2", "1")]), best.name());
+        return;
+    }
     assert_eq!(detected_with(&[("MINFER_NO_AVX2", "1")]), "scalar");
     let no512 = if Isa::Avx2.is_supported() {
         "avx2"

@@ -45,3 +45,20 @@ pub fn serve_app(app: axum::Router) -> u16 {
     });
     port
 }
+
+/// A command that runs this test binary again (tests that need a fresh process, e.g. for the
+/// ISA levers). Under an emulator without binfmt (scripts/test_neon.sh) the child goes through
+/// `MINFER_TEST_RUNNER`, e.g. `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
+pub fn rerun_self() -> std::process::Command {
+    let exe = std::env::current_exe().expect("test binary path");
+    let runner = std::env::var("MINFER_TEST_RUNNER").unwrap_or_default();
+    let mut runner = runner.split_whitespace();
+    match runner.next() {
+        Some(program) => {
+            let mut c = std::process::Command::new(program);
+            c.args(runner).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    }
+}

@@ -52,7 +52,8 @@
 //! The NEON kernels (`aarch64_neon.rs`) do not follow ggml's ARM kernels: their quantized dots
 //! keep the scalar reference's float order and are bit-identical to [`Isa::Scalar`] (ggml's
 //! generic kernels); their F32/F16/BF16 rows use ggml's NEON 4×4-lane layout, unverified against
-//! ggml (no ARM build here), within a few f32 roundings of the scalar f64 sums.
+//! ggml (no ARM build here), within a few f32 roundings of the scalar f64 sums. CI runs them
+//! under qemu-aarch64 (`scripts/test_neon.sh`: with and without dotprod).
 
 use std::fmt;
 use std::sync::OnceLock;
