@@ -34,7 +34,7 @@ fn bench(c: &mut Criterion) {
         kv_store_typed((t, hd), &data(n * width, 1), &data(n * width, 2), &cells, n, &mut kr, &mut vr).unwrap();
         let q = data(n_head * hd, 3);
         let positions = [n as i32 - 1];
-        let args = AttnArgs { q: &q, k_cache: &[], v_cache: &[], positions: &positions, n_head, n_head_kv, head_dim: hd, scale: 0.125 };
+        let args = AttnArgs { q: &q, k_cache: &[], v_cache: &[], positions: &positions, n_head, n_head_kv, head_dim: hd, scale: 0.125, window: None };
         let mut out = vec![0.0f32; n_head * hd];
         let mut g = c.benchmark_group(format!("q8_0 KV decode attention, {n} cells"));
         g.bench_function("fused packed read", |b| {

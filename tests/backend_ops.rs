@@ -746,7 +746,7 @@ fn build(spec: &Spec, rng: &mut Rng) -> Setup {
             let width = n_head_kv * hd;
             kv = Some(KvInit::random(rng, t, width, hd, n_ctx));
             let view = b.kvcache_load(0, width, n_ctx, (t, hd));
-            let meta = AttnMeta { layer: 0, n_head, n_head_kv, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), n_ctx, kv_type: t };
+            let meta = AttnMeta { layer: 0, n_head, n_head_kv, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), n_ctx, kv_type: t, window: None };
             let kind = Kind::Kv { t, width, hd };
             read.push(Seg { region: Region::K, kind, unchanged: true });
             read.push(Seg { region: Region::V, kind, unchanged: true });
@@ -866,7 +866,7 @@ fn reference(spec: &Spec, s: &Setup, pool: &Pool, dot: DotIsa) -> Result<Vec<Vec
             let kv = s.kv.as_ref().unwrap();
             let (q, pos) = (s.f32s("q"), s.i32s("positions"));
             let scale = 1.0 / (hd as f32).sqrt();
-            let args = |q, k, v| AttnArgs { q, k_cache: k, v_cache: v, positions: &[], n_head, n_head_kv, head_dim: hd, scale };
+            let args = |q, k, v| AttnArgs { q, k_cache: k, v_cache: v, positions: &[], n_head, n_head_kv, head_dim: hd, scale, window: None };
             match t {
                 KvType::F32 => {
                     let a = AttnArgs { positions: &pos, ..args(&q, &kv.k, &kv.v) };

@@ -63,7 +63,7 @@ fn metas() -> Vec<NodeMeta> {
         }),
         NodeMeta::Norm(NormMeta { weight: None, weight_name: None }),
         NodeMeta::Rope(RoPEMeta { n_head: 14, head_dim: 64, n_rot: 64, freq_base: 1e6 }),
-        NodeMeta::Attn(AttnMeta { layer: 0, n_head: 14, n_head_kv: 2, head_dim: 64, scale: 0.125, n_ctx: 16, kv_type: KvType::Q8_0 }),
+        NodeMeta::Attn(AttnMeta { layer: 0, n_head: 14, n_head_kv: 2, head_dim: 64, scale: 0.125, n_ctx: 16, kv_type: KvType::Q8_0, window: None }),
         NodeMeta::Kvcache(KvcacheMeta { layer: 1, n_embd_kv: 128, n_ctx: 16, kv_type: KvType::F16, head_dim: 64 }),
         NodeMeta::Embed(EmbedMeta { weight: WeightId(0), weight_name: "token_embd.weight".into(), weight_type: GgmlType::Q8_0, n_embd: 896 }),
         NodeMeta::KvShift(KvShiftMeta {

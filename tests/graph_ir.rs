@@ -135,17 +135,17 @@ fn op_partial_eq_compares_payloads() {
 #[test]
 fn op_groups_are_declared_once() {
     let all = Op::examples();
-    assert_eq!(all.len(), 14, "one example per Op variant");
+    assert_eq!(all.len(), 17, "one example per Op variant");
     let names = |f: fn(&Op) -> bool| {
         all.iter()
             .filter(|o| f(o))
             .map(Op::name)
             .collect::<Vec<_>>()
     };
-    assert_eq!(names(Op::in_place_safe), ["silu", "rope", "swiglu"]);
+    assert_eq!(names(Op::in_place_safe), ["silu", "rope", "swiglu", "scale", "gelu", "geglu"]);
     assert_eq!(
         names(Op::is_elementwise),
-        ["add", "mul", "silu", "swiglu"]
+        ["add", "mul", "silu", "swiglu", "scale", "gelu", "geglu"]
     );
     assert_eq!(names(Op::binds_kv_region), ["kv_store", "kv_load", "kv_shift"]);
     assert_eq!(names(Op::has_side_effect), ["kv_store", "kv_shift"]);
@@ -415,6 +415,7 @@ fn attn_takes_its_shape_from_meta_and_its_layers_kv() {
         n_head_kv: 1,
         head_dim: 4,
         scale: 0.5,
+        window: None,
         n_ctx: 32,
         kv_type: Default::default(),
     };

@@ -54,6 +54,7 @@ fn args<'a>(
         n_head_kv: g.nkv,
         head_dim: g.hd,
         scale: 1.0 / (g.hd as f32).sqrt(),
+        window: None,
     }
 }
 

@@ -171,6 +171,7 @@ fn compute(isa: Isa) -> Vec<(String, Vec<f32>)> {
                 n_head_kv: nkv,
                 head_dim: hd,
                 scale: 1.0 / (hd as f32).sqrt(),
+                window: None,
             };
             kernels::attention_with(isa, &pool, &args, &mut out).unwrap();
             push(&format!("attn_{hd}_pos{p}"), out);

@@ -187,6 +187,7 @@ fn attention() {
             n_head_kv: nkv,
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
+            window: None,
         };
         let mut want = vec![0.0; q.len()];
         kernels::attention_with(Isa::Scalar, &pool, &args, &mut want).unwrap();

@@ -71,6 +71,7 @@ fn timings() {
                 n_head_kv: nkv,
                 head_dim: hd,
                 scale: 0.125,
+                window: None,
             };
             let mut out = vec![0.0; nh * hd];
             let t = time(20, || {
@@ -93,6 +94,7 @@ fn timings() {
             n_head_kv: nkv,
             head_dim: hd,
             scale: 0.125,
+            window: None,
         };
         let mut out = vec![0.0; qp.len()];
         let t = time(3, || {

@@ -61,10 +61,15 @@ fn records(file: &str) -> Vec<Record> {
         .collect()
 }
 
+#[allow(dead_code)]
 fn engine(model: &str, threads: usize) -> Engine {
+    engine_ctx(model, threads, 512)
+}
+
+fn engine_ctx(model: &str, threads: usize, n_ctx: usize) -> Engine {
     let f = GgufFile::open(common::model_path(model)).expect("model opens");
     let m = load_model(Arc::new(f)).expect("model loads");
-    Engine::new(Arc::new(m), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 512, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
+    Engine::new(Arc::new(m), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
 }
 
 struct Stats {
@@ -75,7 +80,11 @@ struct Stats {
 }
 
 fn check_file(model: &str, file: &str, check_greedy: bool) -> Stats {
-    let mut e = engine(model, 2);
+    check_file_ctx(model, file, check_greedy, 512)
+}
+
+fn check_file_ctx(model: &str, file: &str, check_greedy: bool, n_ctx: usize) -> Stats {
+    let mut e = engine_ctx(model, 2, n_ctx);
     let mut st = Stats { max: 0.0, sum: 0.0, n: 0, greedy_checked: 0 };
     let mut failures = Vec::new();
     for r in records(file) {
@@ -156,4 +165,20 @@ fn qwen25_05b_q2_k_matches_llama_cpp() {
     if gemv_order {
         assert!(st.max < 1e-4, "Q2_K: max |diff| {} with the reference's kernels (want < 1e-4)", st.max);
     }
+}
+
+/// SmolLM2-135M (arch `llama`: normal RoPE, tied output, Q4_1 weights, Q8_0 embeddings).
+#[test]
+fn smollm2_matches_llama_cpp() {
+    let st = check_file(common::SMOLLM2, "smollm2-135m.greedy.jsonl", true);
+    assert!(st.n >= 5 * 20);
+}
+
+/// Gemma-3-270M (arch `gemma3`: sliding window 512 on five layers of six, GELU-gated FFN,
+/// scaled embeddings, post-norms). Its `long_700` prompt runs past the window, so the windowed
+/// and the global layers both matter; the context holds it whole.
+#[test]
+fn gemma3_matches_llama_cpp() {
+    let st = check_file_ctx(common::GEMMA3, "gemma3-270m.greedy.jsonl", true, 1024);
+    assert!(st.n >= 5 * 20);
 }

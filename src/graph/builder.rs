@@ -419,6 +419,20 @@ impl GraphBuilder {
         self.node(NodeSpec::new(&base, Op::Silu, &[x], shape))
     }
 
+    /// `x * s` (ggml `scale`), its shape kept.
+    pub fn scale(&mut self, x: NodeId, s: f32) -> Result<NodeId, GraphError> {
+        let shape = self.shape(x)?;
+        let base = format!("{}_scaled", name_base(&self.node_ref(x)?.name));
+        self.node(NodeSpec::new(&base, Op::Scale { s }, &[x], shape))
+    }
+
+    /// GELU (tanh approximation, ggml's table), its shape kept.
+    pub fn gelu(&mut self, x: NodeId) -> Result<NodeId, GraphError> {
+        let shape = self.shape(x)?;
+        let base = format!("{}_gelu", name_base(&self.node_ref(x)?.name));
+        self.node(NodeSpec::new(&base, Op::Gelu, &[x], shape))
+    }
+
     fn binary(&mut self, base: &str, op: Op, a: NodeId, b: NodeId) -> Result<NodeId, GraphError> {
         let (left, right) = (self.shape(a)?, self.shape(b)?);
         if left != right {
@@ -445,6 +459,11 @@ impl GraphBuilder {
     /// pass fold them where the backend claims the fused kernel.
     pub fn swiglu(&mut self, gate: NodeId, up: NodeId) -> Result<NodeId, GraphError> {
         self.binary("swiglu", Op::SwiGLU, gate, up)
+    }
+
+    /// `gelu(gate) * up` in one node (models build `gelu` + `mul`; the fusion pass folds them).
+    pub fn geglu(&mut self, gate: NodeId, up: NodeId) -> Result<NodeId, GraphError> {
+        self.binary("geglu", Op::GeGLU, gate, up)
     }
 
     /// Attention of `q` over the layer's KV (`kv` must be that layer's `kv_load`), causal by
@@ -494,6 +513,14 @@ impl GraphBuilder {
             meta.n_embd_kv(),
         )?;
         expect_dim(&name, "KV rows vs n_ctx", kv_meta.n_ctx, meta.n_ctx)?;
+        if meta.window == Some(0) {
+            return Err(GraphError::DimMismatch {
+                node: name,
+                what: "a sliding window must hold at least one cell",
+                expected: 1,
+                got: 0,
+            });
+        }
         expect_dim(
             &name,
             "positions vs tokens",

@@ -1,10 +1,11 @@
 //! The peephole fusion pass: local, capability-gated rewrites of an assigned graph.
 //!
-//! One rule: `Mul(Silu(x), y)` → `SwiGLU(x, y)`, with the `Silu` on either side, applied only
-//! when the `Mul` node's backend claims [`FusedOp::SwiGLU`]. The rewrite keeps the `Mul`'s id,
-//! name, shape and backend (its consumers need no edit) and re-points its sources; the orphaned
-//! `Silu` stays in the node list as a dead node, which the allocator gives no buffer and the
-//! scheduler skips. Removing it would renumber ids.
+//! The rules are gated linear units: `Mul(Silu(x), y)` → `SwiGLU(x, y)` and `Mul(Gelu(x), y)` →
+//! `GeGLU(x, y)`, with the activation on either side, applied only when the `Mul` node's
+//! backend claims the [`FusedOp`]. The rewrite keeps the `Mul`'s id, name, shape and backend
+//! (its consumers need no edit) and re-points its sources; the orphaned activation stays in the
+//! node list as a dead node, which the allocator gives no buffer and the scheduler skips.
+//! Removing it would renumber ids.
 //!
 //! The pass runs after assignment (gating needs "fused for whom?"), matches only decomposed ops
 //! (so it is idempotent), and never changes shapes or the node count. Build-time decode fusions
@@ -43,16 +44,16 @@ impl FusionPass {
 
     /// Runs every rule; returns the number of nodes rewritten.
     pub fn run(&self, graph: &mut ComputeGraph, caps: &impl FusionCaps) -> usize {
-        self.fuse_swiglu(graph, caps)
+        GLU_RULES.iter().map(|rule| self.fuse_glu(graph, caps, rule)).sum()
     }
 
-    /// `Mul(Silu(x), y)` / `Mul(y, Silu(x))` → `SwiGLU(x, y)`, gated on the Mul's backend.
+    /// `Mul(Act(x), y)` / `Mul(y, Act(x))` → `Fused(x, y)`, gated on the Mul's backend.
     /// Matches are collected on the unmodified graph, then applied.
-    fn fuse_swiglu(&self, graph: &mut ComputeGraph, caps: &impl FusionCaps) -> usize {
-        let silu_input = |id: NodeId| -> Option<NodeId> {
+    fn fuse_glu(&self, graph: &mut ComputeGraph, caps: &impl FusionCaps, rule: &GluRule) -> usize {
+        let act_input = |id: NodeId| -> Option<NodeId> {
             let node = graph.nodes.get(id)?;
-            match (&node.op, node.src.as_slice()) {
-                (Op::Silu, [x]) => Some(*x),
+            match node.src.as_slice() {
+                [x] if node.op == rule.act => Some(*x),
                 _ => None,
             }
         };
@@ -65,11 +66,11 @@ impl FusionPass {
                 };
                 let claimed = mul
                     .backend
-                    .is_some_and(|be| caps.supports_fused(be, FusedOp::SwiGLU));
+                    .is_some_and(|be| caps.supports_fused(be, rule.claim));
                 if !claimed {
                     return None; // unassigned, or the backend has no fused kernel
                 }
-                match (silu_input(a), silu_input(b)) {
+                match (act_input(a), act_input(b)) {
                     (Some(gate), _) => Some((mul.id, [gate, b])),
                     (None, Some(gate)) => Some((mul.id, [gate, a])),
                     (None, None) => None,
@@ -78,9 +79,22 @@ impl FusionPass {
             .collect();
         for &(id, [gate, up]) in &rewrites {
             let node = &mut graph.nodes[id];
-            node.op = Op::SwiGLU;
+            node.op = rule.fused.clone();
             node.src = vec![gate, up];
         }
         rewrites.len()
     }
 }
+
+/// One gated-unit rewrite: `Mul(act(x), y)` → `fused(x, y)` where the backend claims `claim`.
+struct GluRule {
+    act: Op,
+    fused: Op,
+    claim: FusedOp,
+}
+
+/// The rules, applied in this order.
+const GLU_RULES: [GluRule; 2] = [
+    GluRule { act: Op::Silu, fused: Op::SwiGLU, claim: FusedOp::SwiGLU },
+    GluRule { act: Op::Gelu, fused: Op::GeGLU, claim: FusedOp::GeGLU },
+];

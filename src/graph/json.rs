@@ -36,7 +36,7 @@ fn meta_json(meta: &NodeMeta) -> Value {
         }),
         NodeMeta::Attn(m) => json!({
             "layer": m.layer, "n_head": m.n_head, "n_head_kv": m.n_head_kv,
-            "head_dim": m.head_dim, "scale": m.scale, "n_ctx": m.n_ctx, "kv_type": m.kv_type.name(),
+            "head_dim": m.head_dim, "scale": m.scale, "n_ctx": m.n_ctx, "kv_type": m.kv_type.name(), "window": m.window,
         }),
         NodeMeta::Kvcache(m) => json!({
             "layer": m.layer, "n_embd_kv": m.n_embd_kv, "n_ctx": m.n_ctx,

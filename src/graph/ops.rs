@@ -17,12 +17,24 @@ use crate::quants::GgmlType;
 
 /// RoPE layout. ggml's `GGML_ROPE_TYPE_NORM` rotates adjacent pairs `(x[2i], x[2i+1])`;
 /// `GGML_ROPE_TYPE_NEOX` rotates the halves `(x[i], x[i + n_rot/2])`. Qwen2/Qwen3 are NeoX.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum RopeStyle {
     /// ggml NORM: adjacent pairs.
+    #[serde(rename = "normal")]
     Interleaved,
     /// ggml NEOX: split halves.
+    #[serde(rename = "neox")]
     NonInterleaved,
+}
+
+impl RopeStyle {
+    /// llama.cpp's name of the layout.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RopeStyle::Interleaved => "normal",
+            RopeStyle::NonInterleaved => "neox",
+        }
+    }
 }
 
 /// The fusion-pass rewrites a backend can claim (`BackendImpl::supports_fused`).
@@ -30,6 +42,8 @@ pub enum RopeStyle {
 pub enum FusedOp {
     /// `Mul(Silu(x), y)` → `SwiGLU(x, y)`.
     SwiGLU,
+    /// `Mul(Gelu(x), y)` → `GeGLU(x, y)`.
+    GeGLU,
 }
 
 /// One operation with its full payload. Every variant is built by a model builder or by the
@@ -42,6 +56,13 @@ pub enum Op {
     Add,
     Mul,
     Silu,
+    /// `x * s` (ggml `scale`): Gemma's embedding scale and query scale.
+    Scale {
+        s: f32,
+    },
+    /// GELU, tanh approximation, as ggml's CPU computes it: looked up in a table of the f16
+    /// values of `gelu(f16(x))` for `-10 < x < 10`; `0` below, `x` above.
+    Gelu,
     // ---- normalisation ----
     RmsNorm {
         eps: f32,
@@ -82,6 +103,8 @@ pub enum Op {
     // ---- fused ----
     /// `silu(gate) * up`: the FusionPass output.
     SwiGLU,
+    /// `gelu(gate) * up` (ggml `geglu`): the FusionPass output.
+    GeGLU,
 }
 
 /// What family an op belongs to (exports, traces, capability tables).
@@ -155,6 +178,8 @@ impl Op {
             Op::Silu => OpTraits::new("silu", K::Elementwise)
                 .elementwise()
                 .in_place(),
+            Op::Scale { .. } => OpTraits::new("scale", K::Elementwise).elementwise().in_place(),
+            Op::Gelu => OpTraits::new("gelu", K::Elementwise).elementwise().in_place(),
             Op::RmsNorm { .. } => OpTraits::new("rms_norm", K::Norm),
             Op::QkNorm { .. } => OpTraits::new("qk_norm", K::Norm),
             Op::MatMul => OpTraits::new("mul_mat", K::Linear),
@@ -166,6 +191,7 @@ impl Op {
             Op::KvShift { .. } => OpTraits::new("kv_shift", K::Kv).side_effect().binds_kv(),
             // In place over its gate: the fused FFN needs no third n_ff-wide buffer.
             Op::SwiGLU => OpTraits::new("swiglu", K::Elementwise).elementwise().in_place(),
+            Op::GeGLU => OpTraits::new("geglu", K::Elementwise).elementwise().in_place(),
         }
     }
 
@@ -188,6 +214,9 @@ impl Op {
             Op::KvcacheLoad { layer: 0 },
             Op::KvShift { layer: 0 },
             Op::SwiGLU,
+            Op::Scale { s: 0.5 },
+            Op::Gelu,
+            Op::GeGLU,
         ];
         debug_assert!(ops.iter().enumerate().all(|(i, op)| op.example_index() == i));
         ops
@@ -210,6 +239,9 @@ impl Op {
             Op::KvcacheLoad { .. } => 11,
             Op::KvShift { .. } => 12,
             Op::SwiGLU => 13,
+            Op::Scale { .. } => 14,
+            Op::Gelu => 15,
+            Op::GeGLU => 16,
         }
     }
 
@@ -288,6 +320,9 @@ pub struct AttnMeta {
     pub n_ctx: usize,
     /// How the KV cells are stored.
     pub kv_type: super::KvType,
+    /// Sliding window: a query at position `p` attends only the cells `p - window < j <= p`
+    /// (llama.cpp's standard SWA mask); `None` attends every cell `j <= p`.
+    pub window: Option<usize>,
 }
 
 impl AttnMeta {

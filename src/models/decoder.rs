@@ -1,10 +1,10 @@
-//! The decoder skeleton Qwen2 and Qwen3 share: inputs, embedding, per layer attention and FFN
+//! The decoder skeleton Qwen2, Qwen3 and Llama share: inputs, embedding, per layer attention and FFN
 //! with residuals, the G3 tail-row reduction after the last layer's attention, the final norm and
 //! the lm_head. An architecture supplies only its Q/K/V projection (biases, per-head norms).
 
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::graph::{
-    AttnMeta, ComputeGraph, KvcacheMeta, DType, GraphBuilder, GraphError, GraphParams, KvType, NodeId, RoPEMeta, RopeStyle,
+    AttnMeta, ComputeGraph, KvcacheMeta, DType, GraphBuilder, GraphError, GraphParams, KvType, NodeId, RoPEMeta,
 };
 
 use super::{HParams, ModelError};
@@ -24,6 +24,8 @@ pub fn opt_tensor(f: &GgufFile, name: &str) -> Option<TensorInfo> {
 pub struct LayerCommon {
     pub attn_norm: TensorInfo,
     pub wo: TensorInfo,
+    /// `attn_output.bias`, where the file has one (llama.cpp loads it when present).
+    pub wo_b: Option<TensorInfo>,
     pub ffn_norm: TensorInfo,
     pub ffn_gate: TensorInfo,
     pub ffn_up: TensorInfo,
@@ -36,6 +38,7 @@ impl LayerCommon {
         Ok(LayerCommon {
             attn_norm: t("attn_norm")?,
             wo: t("attn_output")?,
+            wo_b: opt_tensor(f, &format!("blk.{il}.attn_output.bias")),
             ffn_norm: t("ffn_norm")?,
             ffn_gate: t("ffn_gate")?,
             ffn_up: t("ffn_up")?,
@@ -78,33 +81,35 @@ pub struct Qkv {
 }
 
 impl HParams {
-    pub fn rope_meta(&self, n_head: usize) -> RoPEMeta {
+    /// The RoPE of layer `il` over `n_head` heads: the windowed layers rotate with their own
+    /// base (llama.cpp's `get_rope_freq_base`).
+    pub fn rope_meta(&self, il: usize, n_head: usize) -> RoPEMeta {
         RoPEMeta {
             n_head,
             head_dim: self.head_dim as usize,
-            n_rot: self.head_dim as usize,
-            freq_base: self.rope_freq_base,
+            n_rot: self.n_rot as usize,
+            freq_base: if self.is_swa(il) { self.rope_freq_base_swa } else { self.rope_freq_base },
         }
     }
 
+    /// The attention of layer `layer`: scale `attention.scale` or `1/sqrt(head_dim)`, the
+    /// sliding window on the windowed layers.
     pub fn attn_meta(&self, layer: usize, n_ctx: usize, kv_type: KvType) -> AttnMeta {
         AttnMeta {
             layer,
             n_head: self.n_head as usize,
             n_head_kv: self.n_head_kv as usize,
             head_dim: self.head_dim as usize,
-            scale: 1.0 / (self.head_dim as f32).sqrt(),
+            scale: self.attn_scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt()),
             n_ctx,
             kv_type,
+            window: self.is_swa(layer).then_some(self.n_swa as usize),
         }
     }
 }
 
-/// The RoPE style of the decoders here (Qwen2, Qwen3: NeoX halves).
-pub const ROPE_STYLE: RopeStyle = RopeStyle::NonInterleaved;
-
 /// The K-shift graph of a decoder: input `kv_deltas` `[n_ctx]` i32, one `kv_shift` node per
-/// layer (llama.cpp's `build_graph_shift`).
+/// layer (llama.cpp's `build_graph_shift`), each with its layer's RoPE.
 pub fn build_kv_shift(hp: &HParams, p: &GraphParams) -> Result<ComputeGraph, GraphError> {
     let n_ctx = p.cparams.n_ctx;
     let n_embd_kv = (hp.n_head_kv * hp.head_dim) as usize;
@@ -113,7 +118,7 @@ pub fn build_kv_shift(hp: &HParams, p: &GraphParams) -> Result<ComputeGraph, Gra
     for il in 0..hp.n_layer as usize {
         b.set_layer(Some(il));
         let kv = KvcacheMeta { layer: il, n_embd_kv, n_ctx, kv_type: p.cparams.kv_type, head_dim: hp.head_dim as usize };
-        b.kv_shift(il, deltas, hp.rope_meta(hp.n_head_kv as usize), ROPE_STYLE, kv)?;
+        b.kv_shift(il, deltas, hp.rope_meta(il, hp.n_head_kv as usize), hp.rope_style, kv)?;
     }
     b.set_layer(None);
     Ok(b.build())
@@ -147,13 +152,13 @@ pub fn build_decoder(
         let normed = b.rms_norm(h, Some(&l.attn_norm), eps)?;
         b.rename(normed, "attn_norm")?;
         let Qkv { q, k, v } = qkv(&mut b, &LayerCtx { il, normed, pos })?;
-        let q = b.rope(q, pos, ROPE_STYLE, hp.rope_meta(hp.n_head as usize))?;
-        let k = b.rope(k, pos, ROPE_STYLE, hp.rope_meta(hp.n_head_kv as usize))?;
+        let q = b.rope(q, pos, hp.rope_style, hp.rope_meta(il, hp.n_head as usize))?;
+        let k = b.rope(k, pos, hp.rope_style, hp.rope_meta(il, hp.n_head_kv as usize))?;
         let layout = (kv_type, hp.head_dim as usize);
         b.kvcache_store(il, k, v, pos, n_ctx, layout)?;
         let kv = b.kvcache_load(il, n_embd_kv, n_ctx, layout);
         let attn = b.attn(q, kv, pos, hp.attn_meta(il, n_ctx, kv_type))?; // [n_head*hd, nt]
-        let wo = b.matmul(attn, &l.wo, None)?; // [n_embd, nt]
+        let wo = b.matmul(attn, &l.wo, l.wo_b.as_ref())?; // [n_embd, nt]
         h = match tail {
             // G3: from here on only the n_out wanted rows are computed.
             Some(tail) if il + 1 == layers.len() => {

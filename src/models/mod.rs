@@ -3,7 +3,9 @@
 //! (`models/<arch>/graph.rs`); [`load_model`] dispatches on `general.architecture`.
 
 pub mod decoder;
+mod gemma3;
 mod hparams;
+mod llama;
 pub mod profile;
 mod qwen2;
 mod qwen3;
@@ -13,7 +15,9 @@ use std::sync::Arc;
 use crate::gguf::GgufFile;
 use crate::graph::{ComputeGraph, GraphError, GraphParams};
 
-pub use hparams::{HParams, ModelError, SUPPORTED_ARCHITECTURES};
+pub use gemma3::Gemma3;
+pub use hparams::{ARCHITECTURES, ArchRules, HParams, ModelError, SUPPORTED_ARCHITECTURES, arch_rules};
+pub use llama::Llama;
 pub use qwen2::Qwen2;
 pub use qwen3::Qwen3;
 
@@ -57,6 +61,8 @@ pub fn load_model(file: Arc<GgufFile>) -> Result<Model, ModelError> {
     let def: Box<dyn ModelDef> = match hp.arch.as_str() {
         "qwen2" => Box::new(Qwen2::load(&file, hp)?),
         "qwen3" => Box::new(Qwen3::load(&file, hp)?),
+        "llama" => Box::new(Llama::load(&file, hp)?),
+        "gemma3" => Box::new(Gemma3::load(&file, hp)?),
         other => return Err(ModelError::UnsupportedArchitecture { arch: other.to_string() }),
     };
     Ok(Model { file, def })

@@ -178,6 +178,7 @@ impl Qwen2Shape {
                 n_head_kv: self.n_head_kv,
                 head_dim: self.head_dim(),
                 scale: 1.0 / (self.head_dim() as f32).sqrt(),
+                window: None,
                 n_ctx,
                 kv_type: Default::default(),
             };

@@ -621,7 +621,7 @@ impl TestBackend {
                 exec::attention(node, &self.ctx(&staged), q.bytes(), pos.bytes(), (k.bytes(), v.bytes()), dst.bytes_mut())?;
                 self.upload(w.out, dst.bytes())
             }
-            Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
+            Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu | Op::GeGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
                 self.check_out_size(node, w.out)?;
                 let out = w.out;
                 // In place: a source that *is* the output region is passed as `Aliased` (the

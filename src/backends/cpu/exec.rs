@@ -163,6 +163,18 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
         let up = f32s(node, up)?;
         return kernels::swiglu_inplace_with(cx.isa.isa(), f32s_mut(node, dst)?, up, node.out_shape[0]).map_err(kernel(node));
     }
+    // In-place element-wise ops over their first operand.
+    if let Some(Operand::Aliased) = ins.first() {
+        match &node.op {
+            Op::Scale { s } => return Ok(kernels::scale_inplace(f32s_mut(node, dst)?, *s)),
+            Op::Gelu => return Ok(kernels::gelu_inplace(f32s_mut(node, dst)?)),
+            Op::GeGLU => {
+                let Some(Operand::Buf(up)) = ins.get(1) else { return Err(count()) };
+                return kernels::geglu_inplace(f32s_mut(node, dst)?, f32s(node, up)?).map_err(kernel(node));
+            }
+            _ => {}
+        }
+    }
     let snapshot: Option<Vec<u8>> = ins.iter().any(|o| matches!(o, Operand::Aliased)).then(|| dst.to_vec());
     let operand = |i: usize| -> Result<&[u8], GraphError> {
         match ins.get(i) {
@@ -179,6 +191,9 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
         Op::Mul => kernels::mul(f(0)?, f(1)?, out).map_err(kernel(node)),
         Op::Silu => kernels::silu_with(isa, f(0)?, d, out).map_err(kernel(node)),
         Op::SwiGLU => kernels::swiglu_with(isa, f(0)?, f(1)?, d, out).map_err(kernel(node)),
+        Op::Scale { s } => kernels::scale(f(0)?, *s, out).map_err(kernel(node)),
+        Op::Gelu => kernels::gelu(f(0)?, out).map_err(kernel(node)),
+        Op::GeGLU => kernels::geglu(f(0)?, f(1)?, out).map_err(kernel(node)),
         Op::RmsNorm { eps } => {
             let w = norm_weight(node, cx)?;
             kernels::rms_norm(f(0)?, w, d, *eps, out).map_err(kernel(node))
@@ -237,6 +252,7 @@ pub fn attention(node: &CNode, cx: &KernelCtx, q: &[u8], pos: &[u8], (k, v): (&[
         n_head_kv: m.n_head_kv,
         head_dim: m.head_dim,
         scale: m.scale,
+        window: m.window,
     };
     let pool = cx.pool(node)?;
     let out = f32s_mut(node, dst)?;

@@ -34,7 +34,7 @@ pub fn cpu_supports_node(node: &CNode) -> bool {
         Op::KvcacheStore { .. } | Op::KvcacheLoad { .. } => true,
         Op::KvShift { .. } => exec::rope_supported(node),
         Op::RoPE { .. } => node.out_dtype == DType::F32 && exec::rope_supported(node),
-        Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::Attn => {
+        Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu | Op::GeGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::Attn => {
             node.out_dtype == DType::F32
         }
     }
@@ -43,7 +43,7 @@ pub fn cpu_supports_node(node: &CNode) -> bool {
 /// The CPU runs SwiGLU as one pass.
 pub fn cpu_supports_fused(fused: FusedOp) -> bool {
     match fused {
-        FusedOp::SwiGLU => true,
+        FusedOp::SwiGLU | FusedOp::GeGLU => true,
     }
 }
 
@@ -266,7 +266,7 @@ impl CpuBackend {
                     _ => Err(GraphError::KvAliased { node: node.name.clone() }),
                 })
             }
-            Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
+            Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu | Op::GeGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
                 self.with_regions(node, w.out, &w.srcs, |cx, dst, ops| exec::run(node, cx, ops, dst))
             }
         }

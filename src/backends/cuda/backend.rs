@@ -196,7 +196,7 @@ impl CudaBackend {
                 let scratch = self.ensure_scratch(exec::attn_scratch_bytes(m, pos.bytes / 4))?;
                 self.launcher(Some(scratch)).attention(node, q, pos, (k, v), out)
             }
-            Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
+            Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu | Op::GeGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
                 // Operands either are the output region (in place) or do not touch it.
                 if w.srcs.iter().any(|t| t.overlaps(&w.out) && t.range() != w.out.range()) {
                     return Err(GraphError::KvAliased { node: node.name.clone() });

@@ -210,6 +210,22 @@ impl Launcher<'_> {
                 same_len(x, 0)?;
                 self.go(node, "elementwise.cu", "silu_f32", Self::flat(n), &[Arg::Ptr(x.ptr), Arg::Ptr(out.ptr), Arg::I64(n as i64)])
             }
+            Op::Scale { s } => {
+                let x = src(0)?;
+                same_len(x, 0)?;
+                self.go(node, "elementwise.cu", "scale_f32", Self::flat(n), &[Arg::Ptr(x.ptr), Arg::Ptr(out.ptr), Arg::F32(*s), Arg::I64(n as i64)])
+            }
+            Op::Gelu => {
+                let x = src(0)?;
+                same_len(x, 0)?;
+                self.go(node, "elementwise.cu", "gelu_f32", Self::flat(n), &[Arg::Ptr(x.ptr), Arg::Ptr(out.ptr), Arg::I64(n as i64)])
+            }
+            Op::GeGLU => {
+                let (g, u) = (src(0)?, src(1)?);
+                same_len(g, 0)?;
+                same_len(u, 1)?;
+                self.go(node, "elementwise.cu", "geglu_f32", Self::flat(n), &[Arg::Ptr(g.ptr), Arg::Ptr(u.ptr), Arg::Ptr(out.ptr), Arg::I64(n as i64)])
+            }
             Op::SwiGLU => {
                 let (g, u) = (src(0)?, src(1)?);
                 same_len(g, 0)?;
@@ -379,6 +395,7 @@ impl Launcher<'_> {
                 Arg::I32(m.n_ctx as i32),
                 Arg::I32(chunk as i32),
                 Arg::I32(n_splits as i32),
+                Arg::I32(m.window.map_or(0, |w| i32::try_from(w).unwrap_or(i32::MAX))),
             ];
             self.go(node, "attention.cu", &split, shape, &args)?;
             let heads = (g * m.n_head) as u64;

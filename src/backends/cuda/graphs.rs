@@ -48,8 +48,9 @@ fn op(h: &mut Fnv, op: &Op) {
         Op::RmsNorm { eps } => h.u64(eps.to_bits() as u64),
         Op::QkNorm { hd, nh, eps } => [hd as u64, nh as u64, eps.to_bits() as u64].into_iter().for_each(|v| h.u64(v)),
         Op::RoPE { style } => h.u64(matches!(style, RopeStyle::NonInterleaved) as u64),
+        Op::Scale { s } => h.u64(s.to_bits() as u64),
         Op::KvcacheStore { layer } | Op::KvcacheLoad { layer } | Op::KvShift { layer } => h.u64(layer as u64),
-        Op::Input | Op::Add | Op::Mul | Op::Silu | Op::MatMul | Op::GetRows | Op::Attn | Op::SwiGLU => {}
+        Op::Input | Op::Add | Op::Mul | Op::Silu | Op::MatMul | Op::GetRows | Op::Attn | Op::SwiGLU | Op::Gelu | Op::GeGLU => {}
     }
 }
 
@@ -60,7 +61,7 @@ fn meta(h: &mut Fnv, n: &CNode) {
         NodeMeta::Embed(m) => [m.weight.0 as u64, m.n_embd as u64].into_iter().for_each(|v| h.u64(v)),
         NodeMeta::Norm(m) => h.u64(m.weight.map_or(u64::MAX, |w| w.0 as u64)),
         NodeMeta::Rope(m) => [m.n_head as u64, m.head_dim as u64, m.n_rot as u64, m.freq_base.to_bits() as u64].into_iter().for_each(|v| h.u64(v)),
-        NodeMeta::Attn(m) => [m.n_head as u64, m.n_head_kv as u64, m.head_dim as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.scale.to_bits() as u64].into_iter().for_each(|v| h.u64(v)),
+        NodeMeta::Attn(m) => [m.n_head as u64, m.n_head_kv as u64, m.head_dim as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.scale.to_bits() as u64, m.window.map_or(0, |w| w as u64)].into_iter().for_each(|v| h.u64(v)),
         NodeMeta::Kvcache(m) => [m.n_embd_kv as u64, m.n_ctx as u64, m.kv_type.tag() as u64, m.head_dim as u64].into_iter().for_each(|v| h.u64(v)),
         NodeMeta::KvShift(m) => [
             m.kv.n_ctx as u64,

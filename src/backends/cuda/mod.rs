@@ -58,15 +58,15 @@ pub fn cuda_supports_node(node: &CNode) -> bool {
         (Op::MatMul, NodeMeta::MatMul(m)) => f32_out && exec::type_suffix(m.weight_type).is_some(),
         (Op::GetRows, NodeMeta::Embed(m)) => f32_out && exec::type_suffix(m.weight_type).is_some(),
         (Op::GetRows, _) => f32_out,
-        (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::RmsNorm { .. } | Op::QkNorm { .. }, _) => f32_out,
+        (Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu | Op::GeGLU | Op::RmsNorm { .. } | Op::QkNorm { .. }, _) => f32_out,
         _ => false,
     }
 }
 
-/// SwiGLU has its kernel (`swiglu_f32`).
+/// SwiGLU and GeGLU have their kernels (`swiglu_f32`, `geglu_f32`).
 pub fn cuda_supports_fused(fused: FusedOp) -> bool {
     match fused {
-        FusedOp::SwiGLU => true,
+        FusedOp::SwiGLU | FusedOp::GeGLU => true,
     }
 }
 

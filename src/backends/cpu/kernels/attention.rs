@@ -47,6 +47,29 @@ pub struct AttnArgs<'a> {
     pub head_dim: usize,
     /// Score scale, `1/sqrt(head_dim)` for Qwen.
     pub scale: f32,
+    /// Sliding window: token `t` attends only cells `positions[t] - window < j <= positions[t]`;
+    /// `None` attends all of `0..=positions[t]`.
+    pub window: Option<usize>,
+}
+
+impl AttnArgs<'_> {
+    /// The cells token `t` (at a validated position) attends: `first..n`.
+    pub(crate) fn span(&self, t: usize) -> (usize, usize) {
+        let n = self.positions[t] as usize + 1;
+        let first = match self.window {
+            Some(w) => n.saturating_sub(w),
+            None => 0,
+        };
+        (first, n)
+    }
+}
+
+/// The cell a windowed row starts at: the window's first cell rounded down to a multiple of
+/// 64. llama.cpp's row starts at cell 0 with the cells before the window masked; those add
+/// exact zeros to the softmax's 16-value blocks and to the 64 slots of the V sum, so a row
+/// that starts at a multiple of 64 (16 and 64 both divide it) gives the same bits.
+pub(crate) const fn row_base(first: usize) -> usize {
+    first / DOT_STEP * DOT_STEP
 }
 
 /// Attention of every (token, head) into `out`, `[nt][n_head * head_dim]`.
@@ -117,26 +140,30 @@ impl Geometry {
 /// One (token, head): scores, softmax, weighted sum of V, into `out` (`head_dim` values).
 fn head(k: Kernels, a: &AttnArgs, g: &Geometry, t: usize, h: usize, out: &mut [f32]) {
     let hd = g.hd;
-    // Validated: 0 <= positions[t] < n_ctx.
-    let n = a.positions[t] as usize + 1;
+    // Validated: 0 <= positions[t] < n_ctx. Cells `first..n` are attended; the row runs from
+    // `base`, cell `base + i` being entry `i`.
+    let (first, n) = a.span(t);
+    let base = row_base(first);
+    let (lo, len) = (first - base, n - base);
     let q = &a.q[(t * a.n_head + h) * hd..][..hd];
-    let kv_off = (h / g.group) * hd;
-    // Row j of these is cell j's head: `[j * kv_width..][..hd]`.
+    let kv_off = base * g.kv_width + (h / g.group) * hd;
+    // Row i of these is cell (base + i)'s head: `[i * kv_width..][..hd]`.
     let (k_rows, v_rows) = (&a.k_cache[kv_off..], &a.v_cache[kv_off..]);
 
     // Scores, padded with masked entries to a multiple of 16 (see the module docs).
-    let padded = n.div_ceil(16) * 16;
+    let padded = len.div_ceil(16) * 16;
     let mut kq = vec![0.0f32; padded];
-    dot_rows_k(k, q, k_rows, g.kv_width, &mut kq[..n]);
+    dot_rows_k(k, q, &k_rows[lo * g.kv_width..], g.kv_width, &mut kq[lo..len]);
     let mut w = vec![0.0f32; padded];
-    mask_scale(&kq, a.scale, n, &mut w);
+    mask_scale(&kq, a.scale, lo..len, &mut w);
     let probs = &mut kq;
     normalize_k(k, &w, probs);
 
-    // kqv: slot j % 64 accumulates cell j, for all head_dim output dims at once.
-    let slots = n.min(DOT_STEP);
+    // kqv: slot (base + i) % 64 = i % 64 accumulates cell base + i, for all head_dim output
+    // dims at once (the masked cells before the window add exact zeros).
+    let slots = len.min(DOT_STEP);
     let mut acc = vec![0.0f32; slots * hd];
-    fma_rows_k(k, &mut acc, hd, &probs[..n], v_rows, g.kv_width);
+    fma_rows_k(k, &mut acc, hd, &probs[..len], v_rows, g.kv_width);
     reduce_slots(&acc, hd, out);
 }
 

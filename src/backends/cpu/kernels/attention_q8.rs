@@ -14,7 +14,7 @@
 //! and so differs from this one by the query's rounding: both are within the q8_0 tolerance
 //! of the f32 cache, not bitwise equal.
 
-use super::attention::AttnArgs;
+use super::attention::{AttnArgs, row_base};
 use super::error::{OpsError, check_len};
 use super::hadamard::rotate_heads;
 use super::isa::{Isa, Kernels};
@@ -77,7 +77,10 @@ fn cell(region: &[u8], j: usize, rb: usize, blocks: std::ops::Range<usize>) -> &
 fn kv_head(k: Kernels, a: &AttnArgs, kv: PackedKv, (rb, group): (usize, usize), t: usize, kvh: usize, out: &mut [f32]) {
     let hd = a.head_dim;
     let nb = hd / 32;
-    let n = a.positions[t] as usize + 1;
+    // Cells `first..n` are attended; the rows run from `base` (see `row_base`).
+    let (first, n) = a.span(t);
+    let base = row_base(first);
+    let (lo, len) = (first - base, n - base);
     // The cells hold H·k: each query is rotated the same way (see `hadamard`), then quantized.
     let mut qb = vec![BlockQ8_0::default(); group * nb];
     for (g, blocks) in qb.chunks_exact_mut(nb).enumerate() {
@@ -87,13 +90,13 @@ fn kv_head(k: Kernels, a: &AttnArgs, kv: PackedKv, (rb, group): (usize, usize), 
         let _ = quantize_row_q8_0(&q, blocks);
     }
     let dq: Vec<f32> = qb.iter().map(|b| b.d.to_f32()).collect();
-    let first = kvh * nb; // the KV head's first block in a row
+    let blk = kvh * nb; // the KV head's first block in a row
 
     // Scores: per query head, per block `isum * (d_k * d_q)` summed in block order.
-    let padded = n.div_ceil(16) * 16;
+    let padded = len.div_ceil(16) * 16;
     let mut kq = vec![0.0f32; group * padded];
-    for j in 0..n {
-        for (b, kb) in cell(kv.k, j, rb, first..first + nb).iter().enumerate() {
+    for j in lo..len {
+        for (b, kb) in cell(kv.k, base + j, rb, blk..blk + nb).iter().enumerate() {
             let dk = kb.d.to_f32();
             for g in 0..group {
                 kq[g * padded + j] += isum(&kb.qs, &qb[g * nb + b].qs) as f32 * (dk * dq[g * nb + b]);
@@ -103,15 +106,15 @@ fn kv_head(k: Kernels, a: &AttnArgs, kv: PackedKv, (rb, group): (usize, usize), 
     let mut w = vec![0.0f32; padded];
     for g in 0..group {
         let row = &mut kq[g * padded..(g + 1) * padded];
-        mask_scale(row, a.scale, n, &mut w);
+        mask_scale(row, a.scale, lo..len, &mut w);
         normalize_k(k, &w, row);
     }
 
     // Σ p·(H v), out of the packed V rows, each block decoded once for the whole group.
     out.iter_mut().for_each(|o| *o = 0.0);
     let mut vals = [0.0f32; 32];
-    for j in 0..n {
-        for (b, vb) in cell(kv.v, j, rb, first..first + nb).iter().enumerate() {
+    for j in lo..len {
+        for (b, vb) in cell(kv.v, base + j, rb, blk..blk + nb).iter().enumerate() {
             let dv = vb.d.to_f32();
             for (x, &q) in vals.iter_mut().zip(&vb.qs) {
                 *x = f32::from(q);

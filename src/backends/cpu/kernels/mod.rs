@@ -22,6 +22,7 @@ pub mod attention_q8;
 pub mod dot;
 mod error;
 pub mod expf;
+pub mod gelu;
 pub mod get_rows;
 pub mod isa;
 pub mod matmul;
@@ -38,6 +39,7 @@ pub use act::{add, add_inplace, mul, mul_inplace, silu, silu_with, swiglu, swigl
 pub use attention::{AttnArgs, attention, attention_with, kv_store};
 pub use dot::{dot_f32, dot_f32_with};
 pub use error::OpsError;
+pub use gelu::{geglu, geglu_inplace, gelu, gelu_inplace, scale, scale_inplace};
 pub use get_rows::{get_rows, select_rows};
 pub use isa::Isa;
 pub use norm::{qk_norm, qk_norm_inplace, rms_norm, rms_norm_inplace};

@@ -71,17 +71,17 @@ pub fn soft_max_row_with(
         });
     }
     let mut w = vec![0.0f32; x.len()];
-    mask_scale(x, scale, n_valid, &mut w);
+    mask_scale(x, scale, 0..n_valid, &mut w);
     normalize_k(isa.kernels(), &w, out);
     Ok(())
 }
 
-/// `w[i] = x[i]*scale + 0` for `i < n_valid` (the mask's +0 turns -0 into +0, as in ggml),
+/// `w[i] = x[i]*scale + 0` for `i` in `valid` (the mask's +0 turns -0 into +0, as in ggml),
 /// `-inf` for the rest.
-pub(crate) fn mask_scale(x: &[f32], scale: f32, n_valid: usize, w: &mut [f32]) {
+pub(crate) fn mask_scale(x: &[f32], scale: f32, valid: std::ops::Range<usize>, w: &mut [f32]) {
     for (i, wi) in w.iter_mut().enumerate() {
         *wi = match x.get(i) {
-            Some(&xi) if i < n_valid => xi * scale + 0.0,
+            Some(&xi) if valid.contains(&i) => xi * scale + 0.0,
             _ => f32::NEG_INFINITY,
         };
     }

@@ -9,7 +9,8 @@
 // Within a split, lanes own head dims (d = lane + 32i); K and V are read in their storage type
 // (f32, f16 or packed Q8_0 rows). For rotated Q8_0 caches the query is rotated by the same
 // Walsh-Hadamard chunks as K, and the combined output is rotated back (H is its own inverse).
-// head_dim <= 256. A position outside 0..n_ctx attends nothing and gives NaNs (0 / 0), never a
+// A sliding window (`window` > 0) leaves out the cells before `pos - window + 1`: the splits
+// that hold none of the rest are empty. head_dim <= 256. A position outside 0..n_ctx attends nothing and gives NaNs (0 / 0), never a
 // read outside the region.
 //
 // Partials: part[((t * n_head + h) * n_splits + s) * (head_dim + 2)] = running max, running sum,
@@ -29,7 +30,7 @@ __device__ __forceinline__ i64 sizeof_row_q8_0(int width) { return (i64)(width /
     extern "C" __global__ void attn_split_##T(const float *q, const u8 *k, const u8 *v, const i32 *pos, \
                                               float *part, int n_tokens, int n_head, int n_head_kv,  \
                                               int head_dim, float scale, i64 q_stride, int rotate,   \
-                                              int n_ctx, int chunk, int n_splits) {                  \
+                                              int n_ctx, int chunk, int n_splits, int window) {      \
         __shared__ float qs_all[ATTN_WARPS][MAX_HD];                                               \
         const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;                            \
         const i64 item = (i64)blockIdx.x * ATTN_WARPS + warp;                                      \
@@ -43,7 +44,8 @@ __device__ __forceinline__ i64 sizeof_row_q8_0(int width) { return (i64)(width /
         const i64 row_bytes = sizeof_row_##T(width);                                               \
         float *p = part + item * (head_dim + 2);                                                   \
         const int n_cells = pos[t] >= 0 && pos[t] < n_ctx ? pos[t] + 1 : 0;                        \
-        const int lo = s * chunk, hi = min(n_cells, lo + chunk);                                   \
+        const int first = window > 0 ? max(0, n_cells - window) : 0;                               \
+        const int lo = max(s * chunk, first), hi = min(n_cells, s * chunk + chunk);                \
         if (hi <= lo) {                                                                            \
             if (lane == 0) {                                                                       \
                 p[0] = NEG_INF;                                                                    \
