@@ -232,20 +232,30 @@ enum Binary {
     Add,
     Mul,
     SwiGLU,
+    GeGLU,
+}
+
+/// The one-operand element-wise ops.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Unary {
+    Silu,
+    Gelu,
+    /// Times 0.0625 (Gemma's query scale) or 25.3 (an embedding scale): the case name says.
+    Scale(f32),
 }
 
 /// One case's op and shape.
 #[derive(Debug, Clone)]
 enum Spec {
     Binary { op: Binary, d: usize, nt: usize },
-    Silu { d: usize, nt: usize, inplace: bool },
+    Unary { op: Unary, d: usize, nt: usize, inplace: bool },
     RmsNorm { d: usize, nt: usize, weighted: bool },
     QkNorm { hd: usize, nh: usize, nt: usize },
     MatMul { ty: GgmlType, k: usize, m: usize, nt: usize, bias: bool },
     Embed { ty: GgmlType, n_embd: usize, n_vocab: usize, nt: usize },
     TailRows { d: usize, nt: usize, n_out: usize },
     Rope { style: RopeStyle, n_head: usize, hd: usize, n_rot: usize, nt: usize, freq_base: f32, inplace: bool },
-    Attn { kv: KvType, n_head: usize, n_head_kv: usize, hd: usize, nt: usize, n_ctx: usize },
+    Attn { kv: KvType, n_head: usize, n_head_kv: usize, hd: usize, nt: usize, n_ctx: usize, window: Option<usize> },
     KvStore { kv: KvType, n_head_kv: usize, hd: usize, nt: usize, n_ctx: usize },
     KvLoad { kv: KvType, n_head_kv: usize, hd: usize, n_ctx: usize },
     KvShift { kv: KvType, style: RopeStyle, n_head_kv: usize, hd: usize, n_rot: usize, n_ctx: usize },
@@ -261,7 +271,7 @@ impl Spec {
     fn work(&self) -> u64 {
         let w = |x: usize| x as u64;
         match *self {
-            Spec::Binary { d, nt, .. } | Spec::Silu { d, nt, .. } => w(d * nt),
+            Spec::Binary { d, nt, .. } | Spec::Unary { d, nt, .. } => w(d * nt),
             Spec::RmsNorm { d, nt, .. } => w(nt * 256 * (d / 256 + 8)),
             Spec::QkNorm { hd, nh, nt } => w(nt * nh * 256 * (hd / 256 + 8)),
             Spec::MatMul { k, m, nt, .. } => w(m * nt * 32 * (k / 32 + 6)),
@@ -319,16 +329,29 @@ fn cases() -> Vec<Case> {
 
     // ---- element-wise ----
     let ew_shapes: Vec<(usize, usize)> = TOKENS.iter().map(|&nt| (896, nt)).chain([(67, 1), (67, 7)]).collect();
-    for (bop, name, tol) in [(Binary::Add, "add", Tol::Bitwise), (Binary::Mul, "mul", Tol::Bitwise), (Binary::SwiGLU, "swiglu", Tol::Nmse(1e-7))] {
+    for (bop, name, tol) in [
+        (Binary::Add, "add", Tol::Bitwise),
+        (Binary::Mul, "mul", Tol::Bitwise),
+        (Binary::SwiGLU, "swiglu", Tol::Nmse(1e-7)),
+        (Binary::GeGLU, "geglu", Tol::Nmse(1e-6)),
+    ] {
         for &(d, nt) in &ew_shapes {
             op(format!("{name}/d={d}/nt={nt}"), Spec::Binary { op: bop, d, nt }, tol);
         }
     }
-    for &(d, nt) in &ew_shapes {
-        op(format!("silu/d={d}/nt={nt}"), Spec::Silu { d, nt, inplace: false }, Tol::Nmse(1e-7));
-    }
-    for (d, nt) in [(896, 7), (67, 2)] {
-        op(format!("silu/inplace/d={d}/nt={nt}"), Spec::Silu { d, nt, inplace: true }, Tol::Nmse(1e-7));
+    // gelu: the f16 table; another implementation may round a rare entry to the next f16.
+    for (uop, name, tol) in [
+        (Unary::Silu, "silu", Tol::Nmse(1e-7)),
+        (Unary::Gelu, "gelu", Tol::Nmse(1e-6)),
+        (Unary::Scale(0.0625), "scale=0.0625", Tol::Bitwise),
+        (Unary::Scale(25.298221), "scale=25.298221", Tol::Bitwise),
+    ] {
+        for &(d, nt) in &ew_shapes {
+            op(format!("{name}/d={d}/nt={nt}"), Spec::Unary { op: uop, d, nt, inplace: false }, tol);
+        }
+        for (d, nt) in [(896, 7), (67, 2)] {
+            op(format!("{name}/inplace/d={d}/nt={nt}"), Spec::Unary { op: uop, d, nt, inplace: true }, tol);
+        }
     }
 
     // ---- norms ----
@@ -343,6 +366,10 @@ fn cases() -> Vec<Case> {
     }
     for nt in TOKENS {
         op(format!("qk_norm/hd=128/nh=2/nt={nt}"), Spec::QkNorm { hd: 128, nh: 2, nt }, Tol::Nmse(1e-7));
+    }
+    // Gemma-3's heads (256 values).
+    for nt in [1, 7] {
+        op(format!("qk_norm/hd=256/nh=4/nt={nt}"), Spec::QkNorm { hd: 256, nh: 4, nt }, Tol::Nmse(1e-7));
     }
 
     // ---- matmul: every weight type ----
@@ -399,6 +426,11 @@ fn cases() -> Vec<Case> {
     }
     let spec = Spec::Rope { style: RopeStyle::NonInterleaved, n_head: 14, hd: 64, n_rot: 64, nt: 7, freq_base: 1_000_000.0, inplace: false };
     op("rope/neox/hd=64,n_rot=64(full)/nh=14/nt=7".into(), spec, Tol::Nmse(1e-6));
+    // Gemma-3: 256-value heads, the windowed layers' base and the global layers'.
+    for (freq_base, nt) in [(10000.0, 7), (1_000_000.0, 2)] {
+        let spec = Spec::Rope { style: RopeStyle::NonInterleaved, n_head: 4, hd: 256, n_rot: 256, nt, freq_base, inplace: false };
+        op(format!("rope/neox/hd=256,n_rot=256(full)/nh=4/base={freq_base}/nt={nt}"), spec, Tol::Nmse(1e-6));
+    }
     for (style, hd, n_rot, nt) in [(RopeStyle::NonInterleaved, 64, 64, 7), (RopeStyle::Interleaved, 128, 64, 2)] {
         let spec = Spec::Rope { style, n_head: 2, hd, n_rot, nt, freq_base: 10000.0, inplace: true };
         op(format!("rope/inplace/{}/hd={hd},n_rot={n_rot}/nh=2/nt={nt}", style_name(style)), spec, Tol::Nmse(1e-6));
@@ -408,7 +440,7 @@ fn cases() -> Vec<Case> {
     for kv in KV_TYPES {
         for hd in [64, 128] {
             for nt in [1, 2, 7, 32] {
-                let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 2, hd, nt, n_ctx: 64 };
+                let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 2, hd, nt, n_ctx: 64, window: None };
                 op(format!("attn/{kv}/hd={hd}/heads=4:2/nt={nt}"), spec, Tol::Nmse(5e-4));
             }
         }
@@ -416,22 +448,41 @@ fn cases() -> Vec<Case> {
     // Qwen2.5-0.5B's heads (14 query heads share each of 2 KV heads).
     for kv in KV_TYPES {
         for nt in [1, 7] {
-            let spec = Spec::Attn { kv, n_head: 14, n_head_kv: 2, hd: 64, nt, n_ctx: 64 };
+            let spec = Spec::Attn { kv, n_head: 14, n_head_kv: 2, hd: 64, nt, n_ctx: 64, window: None };
             op(format!("attn/{kv}/hd=64/heads=14:2/nt={nt}"), spec, Tol::Nmse(5e-4));
         }
     }
     // Long context, decode-sized batches: the cells span several of a split-KV kernel's splits.
     for kv in KV_TYPES {
         for (hd, nt) in [(64, 1), (128, 2)] {
-            let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 2, hd, nt, n_ctx: 1100 };
+            let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 2, hd, nt, n_ctx: 1100, window: None };
             op(format!("attn/{kv}/hd={hd}/heads=4:2/n_ctx=1100/nt={nt}"), spec, Tol::Nmse(5e-4));
         }
     }
-    op("attn/f32/hd=64/heads=2:2/nt=7".into(), Spec::Attn { kv: KvType::F32, n_head: 2, n_head_kv: 2, hd: 64, nt: 7, n_ctx: 64 }, Tol::Nmse(5e-4));
+    op("attn/f32/hd=64/heads=2:2/nt=7".into(), Spec::Attn { kv: KvType::F32, n_head: 2, n_head_kv: 2, hd: 64, nt: 7, n_ctx: 64, window: None }, Tol::Nmse(5e-4));
     for (kv, hd) in [(KvType::F32, 64), (KvType::Q8_0, 128)] {
-        let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 2, hd, nt: 512, n_ctx: 544 };
+        let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 2, hd, nt: 512, n_ctx: 544, window: None };
         op(format!("attn/{kv}/hd={hd}/heads=4:2/nt=512"), spec, Tol::Nmse(5e-4));
     }
+    // Gemma-3's heads (4 query heads on 1 KV head of 256 values), full and windowed.
+    for kv in KV_TYPES {
+        for (nt, window) in [(1, None), (7, None), (7, Some(20)), (2, Some(512))] {
+            let n_ctx = if window == Some(512) { 1100 } else { 64 };
+            let w = window.map_or(String::new(), |w| format!("/window={w}"));
+            let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 1, hd: 256, nt, n_ctx, window };
+            op(format!("attn/{kv}/hd=256/heads=4:1/n_ctx={n_ctx}{w}/nt={nt}"), spec, Tol::Nmse(5e-4));
+        }
+    }
+    // Sliding windows: narrower than the cells before the batch, 1 cell, across a 64-cell
+    // boundary, and a prefill-sized batch over a long context.
+    for kv in KV_TYPES {
+        for (hd, nt, n_ctx, window) in [(64, 7, 64, 5), (64, 2, 64, 1), (128, 32, 200, 70), (64, 1, 1100, 300)] {
+            let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 2, hd, nt, n_ctx, window: Some(window) };
+            op(format!("attn/{kv}/hd={hd}/heads=4:2/n_ctx={n_ctx}/window={window}/nt={nt}"), spec, Tol::Nmse(5e-4));
+        }
+    }
+    let spec = Spec::Attn { kv: KvType::F32, n_head: 4, n_head_kv: 2, hd: 64, nt: 512, n_ctx: 544, window: Some(100) };
+    op("attn/f32/hd=64/heads=4:2/window=100/nt=512".into(), spec, Tol::Nmse(5e-4));
     for kv in KV_TYPES {
         let tol = if kv == KvType::Q8_0 { Tol::Nmse(1e-6) } else { Tol::Bitwise };
         for hd in [64, 128] {
@@ -442,11 +493,13 @@ fn cases() -> Vec<Case> {
         if kv != KvType::F16 {
             op(format!("kv_store/{kv}/hd=128/kv_heads=2/nt=512"), Spec::KvStore { kv, n_head_kv: 2, hd: 128, nt: 512, n_ctx: 600 }, tol);
         }
+        op(format!("kv_store/{kv}/hd=256/kv_heads=1/nt=7"), Spec::KvStore { kv, n_head_kv: 1, hd: 256, nt: 7, n_ctx: 64 }, tol);
     }
     for kv in KV_TYPES {
         for hd in [64, 128] {
             op(format!("kv_load/{kv}/hd={hd}/kv_heads=2"), Spec::KvLoad { kv, n_head_kv: 2, hd, n_ctx: 16 }, Tol::Bitwise);
         }
+        op(format!("kv_load/{kv}/hd=256/kv_heads=1"), Spec::KvLoad { kv, n_head_kv: 1, hd: 256, n_ctx: 16 }, Tol::Bitwise);
     }
     for kv in KV_TYPES {
         let tol = if kv == KvType::Q8_0 { Tol::Nmse(1e-4) } else { Tol::Nmse(1e-6) };
@@ -459,6 +512,8 @@ fn cases() -> Vec<Case> {
                 }
             }
         }
+        let spec = Spec::KvShift { kv, style: RopeStyle::NonInterleaved, n_head_kv: 1, hd: 256, n_rot: 256, n_ctx: 32 };
+        op(format!("kv_shift/{kv}/neox/hd=256,n_rot=256(full)/kv_heads=1"), spec, tol);
     }
 
     v.push(Case { name: "coverage/op_examples".into(), kind: CaseKind::Guard(Guard::OpExamples) });
@@ -632,9 +687,10 @@ fn build(spec: &Spec, rng: &mut Rng) -> Setup {
         Spec::Binary { op, d, nt } => {
             let x = b.input("a", [d, nt, 1, 1], DType::F32);
             let y = b.input("b", [d, nt, 1, 1], DType::F32);
-            let scale = if op == Binary::SwiGLU { 4.0 } else { 1.0 };
+            let gated = matches!(op, Binary::SwiGLU | Binary::GeGLU);
+            let scale = if gated { 4.0 } else { 1.0 };
             let mut xa = acts(rng, d * nt, scale);
-            if op == Binary::SwiGLU && xa.len() > 20 {
+            if gated && xa.len() > 20 {
                 xa[10] = -100.0;
                 xa[11] = 100.0;
                 xa[12] = -88.5;
@@ -645,19 +701,28 @@ fn build(spec: &Spec, rng: &mut Rng) -> Setup {
                 Binary::Add => b.add(x, y),
                 Binary::Mul => b.mul(x, y),
                 Binary::SwiGLU => b.swiglu(x, y),
+                Binary::GeGLU => b.geglu(x, y),
             })
         }
-        Spec::Silu { d, nt, inplace: ip } => {
+        Spec::Unary { op, d, nt, inplace: ip } => {
             let x = b.input("x", [d, nt, 1, 1], DType::F32);
             let mut xa = acts(rng, d * nt, 4.0);
             if xa.len() > 20 {
+                // The ends of the ranges: exp overflow, gelu's +-10 cut-offs.
                 xa[10] = -100.0;
                 xa[11] = 100.0;
                 xa[12] = -88.5;
+                xa[13] = -10.0;
+                xa[14] = 10.0;
+                xa[15] = 9.999;
             }
             inputs.push((x, f32_bytes(&xa)));
             inplace = ip;
-            e(b.silu(x))
+            e(match op {
+                Unary::Silu => b.silu(x),
+                Unary::Gelu => b.gelu(x),
+                Unary::Scale(f) => b.scale(x, f),
+            })
         }
         Spec::RmsNorm { d, nt, weighted } => {
             let x = b.input("x", [d, nt, 1, 1], DType::F32);
@@ -736,7 +801,7 @@ fn build(spec: &Spec, rng: &mut Rng) -> Setup {
             inplace = ip;
             e(b.rope(x, pos, style, RoPEMeta { n_head, head_dim: hd, n_rot, freq_base }))
         }
-        Spec::Attn { kv: t, n_head, n_head_kv, hd, nt, n_ctx } => {
+        Spec::Attn { kv: t, n_head, n_head_kv, hd, nt, n_ctx, window } => {
             let q = b.input("q", [n_head * hd, nt, 1, 1], DType::F32);
             let pos = b.input("positions", [nt, 1, 1, 1], DType::I32);
             inputs.push((q, f32_bytes(&acts(rng, n_head * hd * nt, 1.0))));
@@ -746,7 +811,7 @@ fn build(spec: &Spec, rng: &mut Rng) -> Setup {
             let width = n_head_kv * hd;
             kv = Some(KvInit::random(rng, t, width, hd, n_ctx));
             let view = b.kvcache_load(0, width, n_ctx, (t, hd));
-            let meta = AttnMeta { layer: 0, n_head, n_head_kv, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), n_ctx, kv_type: t, window: None };
+            let meta = AttnMeta { layer: 0, n_head, n_head_kv, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), n_ctx, kv_type: t, window };
             let kind = Kind::Kv { t, width, hd };
             read.push(Seg { region: Region::K, kind, unchanged: true });
             read.push(Seg { region: Region::V, kind, unchanged: true });
@@ -828,10 +893,23 @@ fn reference(spec: &Spec, s: &Setup, pool: &Pool, dot: DotIsa) -> Result<Vec<Vec
                 Binary::Add => kernels::add(&a, &b, &mut out),
                 Binary::Mul => kernels::mul(&a, &b, &mut out),
                 Binary::SwiGLU => kernels::swiglu_with(Isa::Scalar, &a, &b, d, &mut out),
+                Binary::GeGLU => kernels::geglu(&a, &b, &mut out),
             }
             .map_err(|e| err(&e))?;
         }
-        &Spec::Silu { d, .. } => kernels::silu_with(Isa::Scalar, &s.f32s("x"), d, &mut out).map_err(|e| err(&e))?,
+        &Spec::Unary { op, d, .. } => {
+            let x = s.f32s("x");
+            match op {
+                Unary::Silu => kernels::silu_with(Isa::Scalar, &x, d, &mut out),
+                Unary::Gelu => kernels::gelu(&x, &mut out),
+                // ggml's scale: one f32 product per value.
+                Unary::Scale(f) => {
+                    out.iter_mut().zip(&x).for_each(|(o, v)| *o = v * f);
+                    Ok(())
+                }
+            }
+            .map_err(|e| err(&e))?
+        }
         &Spec::RmsNorm { d, .. } => {
             let w = match &node.meta {
                 NodeMeta::Norm(m) => m.weight.map(weight_vec).transpose()?,
@@ -862,11 +940,11 @@ fn reference(spec: &Spec, s: &Setup, pool: &Pool, dot: DotIsa) -> Result<Vec<Vec
             out = s.f32s("x");
             kernels::rope_ext(&mut out, &s.i32s("positions"), &rope_spec(style, n_head, hd, n_rot, freq_base)).map_err(|e| err(&e))?;
         }
-        &Spec::Attn { kv: t, n_head, n_head_kv, hd, .. } => {
+        &Spec::Attn { kv: t, n_head, n_head_kv, hd, window, .. } => {
             let kv = s.kv.as_ref().unwrap();
             let (q, pos) = (s.f32s("q"), s.i32s("positions"));
             let scale = 1.0 / (hd as f32).sqrt();
-            let args = |q, k, v| AttnArgs { q, k_cache: k, v_cache: v, positions: &[], n_head, n_head_kv, head_dim: hd, scale, window: None };
+            let args = |q, k, v| AttnArgs { q, k_cache: k, v_cache: v, positions: &[], n_head, n_head_kv, head_dim: hd, scale, window };
             match t {
                 KvType::F32 => {
                     let a = AttnArgs { positions: &pos, ..args(&q, &kv.k, &kv.v) };
@@ -1188,7 +1266,8 @@ fn coverage_keys(node: &CNode) -> Vec<String> {
             m.kv.head_dim,
             if m.rope.n_rot == m.rope.head_dim { "full" } else { "partial" }
         )),
-        (Op::Attn | Op::KvcacheStore { .. } | Op::KvcacheLoad { .. }, _) => kv_of(node).map(|(t, hd)| format!("{t} hd={hd}")),
+        (Op::Attn, NodeMeta::Attn(m)) => Some(format!("{} hd={}{}", m.kv_type, m.head_dim, if m.window.is_some() { " windowed" } else { "" })),
+        (Op::KvcacheStore { .. } | Op::KvcacheLoad { .. }, _) => kv_of(node).map(|(t, hd)| format!("{t} hd={hd}")),
         _ => None,
     };
     if let Some(d) = detail {
@@ -1224,7 +1303,8 @@ fn model_dir() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("models"))
 }
 
-const MODELS: [&str; 2] = ["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen3-tiny.gguf"];
+const MODELS: [&str; 4] =
+    ["qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "qwen3-tiny.gguf", "smollm2-135m-instruct-q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"];
 
 /// `Ok(None)`: no model file present (skipped).
 fn check_model_graphs(cases: &[Case]) -> Result<Option<String>, String> {

@@ -114,3 +114,51 @@ fn context_overflow_is_an_error_before_compute() {
     assert_eq!(e.n_past(), 0, "nothing was evaluated");
     assert!(e.eval(&[200_000], 1).unwrap_err().to_string().contains("not in the vocabulary"));
 }
+
+/// The prompt ids of record `id` of a reference file (llama.cpp's tokenization).
+fn reference_prompt(file: &str, id: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(common::data_path(file)).expect("reference file");
+    let rec = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json line"))
+        .find(|v| v["id"] == id)
+        .unwrap_or_else(|| panic!("{file} has no record {id}"));
+    rec["prompt_ids"].as_array().expect("prompt_ids").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+}
+
+fn engine_ctx(m: &Arc<Model>, threads: usize, n_ctx: usize) -> Engine {
+    Engine::new(m.clone(), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
+}
+
+/// Logits after prefilling `ids[..split]` in chunks of `ubatch`, then one per decode step.
+fn run(e: &mut Engine, ids: &[u32], split: usize, ubatch: Option<usize>) -> Vec<Vec<u32>> {
+    e.reset();
+    let mut out = vec![bits(&e.prefill(&ids[..split], ubatch).unwrap())];
+    for t in &ids[split..] {
+        out.push(bits(&e.eval(&[*t], 1).unwrap()));
+    }
+    out
+}
+
+/// SmolLM2 (llama, normal RoPE) and Gemma 3 (windowed layers) keep the invariances: any thread
+/// count, any prefill chunking, prefill = decode. Gemma's prompt (769 tokens) runs past its
+/// 512-cell window, so the windowed and the global layers both see cells the window drops.
+#[test]
+fn llama_and_gemma3_are_thread_and_chunking_invariant() {
+    for (name, file, id, split) in [
+        (common::SMOLLM2, "smollm2-135m.greedy.jsonl", "long_code", 200),
+        (common::GEMMA3, "gemma3-270m.greedy.jsonl", "long_700", 700),
+    ] {
+        let m = model(name);
+        let ids = reference_prompt(file, id);
+        let t2 = run(&mut engine_ctx(&m, 2, 1024), &ids, split, None);
+        let t1 = run(&mut engine_ctx(&m, 1, 1024), &ids, split, None);
+        assert_eq!(t1, t2, "{name}: -t 1 vs -t 2");
+        let mut e = engine_ctx(&m, 2, 1024);
+        let chunked = run(&mut e, &ids, split, Some(96));
+        assert_eq!(chunked, t2, "{name}: --ubatch 96 vs 512");
+        // Prefilled further, then decoded token by token: the same bits at every position.
+        let later = run(&mut e, &ids, split - 24, None);
+        assert_eq!(later[24..], t2[..], "{name}: decode vs prefill past position {}", split - 24);
+    }
+}

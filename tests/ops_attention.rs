@@ -66,7 +66,11 @@ fn naive(a: &AttnArgs) -> Vec<f64> {
         for h in 0..nh {
             let q = &a.q[(t * nh + h) * hd..][..hd];
             let kv = h / (nh / a.n_head_kv) * hd;
-            let scores: Vec<f64> = (0..=p as usize)
+            // The attended cells: `p - window < j <= p` (all of `0..=p` without a window).
+            let first = a.window.map_or(0, |w| (p as usize + 1).saturating_sub(w));
+            let cells = first..=p as usize;
+            let scores: Vec<f64> = cells
+                .clone()
                 .map(|j| {
                     let k = &a.k_cache[j * w + kv..][..hd];
                     q.iter()
@@ -82,8 +86,8 @@ fn naive(a: &AttnArgs) -> Vec<f64> {
             for d in 0..hd {
                 out[(t * nh + h) * hd + d] = e
                     .iter()
-                    .enumerate()
-                    .map(|(j, ej)| ej / z * a.v_cache[j * w + kv + d] as f64)
+                    .zip(cells.clone())
+                    .map(|(ej, j)| ej / z * a.v_cache[j * w + kv + d] as f64)
                     .sum();
             }
         }
@@ -116,6 +120,45 @@ fn attention_against_naive_f64() {
             let kv = h / (g.nh / g.nkv) * g.hd;
             assert_eq!(&out[h * g.hd..][..g.hd], &vc[kv..][..g.hd]);
         }
+    }
+}
+
+/// A sliding window: only the last `window` cells up to the position count, whatever the cells
+/// before hold (here: huge values that would dominate the softmax if they leaked in).
+#[test]
+fn sliding_window_against_naive_f64() {
+    let pool = Pool::new(2).unwrap();
+    for g in &GEOS {
+        let n_ctx = 300;
+        let w = g.nkv * g.hd;
+        let (mut kc, vc) = (rng(5, n_ctx * w, 1.5), rng(6, n_ctx * w, 1.5));
+        let positions = [0, 3, 63, 64, 65, 130, 200, 299];
+        let q = rng(7, positions.len() * g.nh * g.hd, 1.5);
+        for window in [1, 5, 64, 70, 128, 400] {
+            let a = AttnArgs { window: Some(window), ..args(g, &q, &kc, &vc, &positions) };
+            let mut out = vec![0.0; q.len()];
+            kernels::attention(&pool, &a, &mut out).unwrap();
+            let want = naive(&a);
+            let worst = out.iter().zip(&want).map(|(o, w)| (*o as f64 - w).abs()).fold(0.0, f64::max);
+            assert!(worst < 2e-6, "hd {} window {window}: worst {worst}", g.hd);
+            // Window 1: every token attends only its own cell, so the output is its V row.
+            if window == 1 {
+                for (t, &p) in positions.iter().enumerate() {
+                    // Head 0 reads KV head 0.
+                    assert_eq!(&out[t * g.nh * g.hd..][..g.hd], &vc[p as usize * w..][..g.hd], "window 1, token {t}");
+                }
+            }
+        }
+        // Poison the cells before every window: the windowed result does not move.
+        let q1 = &q[..g.nh * g.hd];
+        let a = AttnArgs { window: Some(50), ..args(g, q1, &kc, &vc, &[299]) };
+        let mut before = vec![0.0; g.nh * g.hd];
+        kernels::attention(&pool, &a, &mut before).unwrap();
+        kc[..250 * w].iter_mut().for_each(|x| *x = 1e4);
+        let a = AttnArgs { window: Some(50), ..args(g, q1, &kc, &vc, &[299]) };
+        let mut after = vec![0.0; g.nh * g.hd];
+        kernels::attention(&pool, &a, &mut after).unwrap();
+        assert_eq!(bits(&before), bits(&after), "hd {}: cells outside the window leaked in", g.hd);
     }
 }
 
