@@ -3,6 +3,7 @@
 
 pub mod gguf_bytes;
 pub mod rng;
+pub mod tokenizer_cases;
 
 use std::path::PathBuf;
 
@@ -16,6 +17,8 @@ pub fn model_dir() -> PathBuf {
 pub const QWEN2_05B: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 pub const QWEN2_15B: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 pub const QWEN3_TINY: &str = "qwen3-tiny.gguf";
+pub const SMOLLM2_135M: &str = "smollm2-135m-instruct-q4_1.gguf";
+pub const GEMMA3_270M: &str = "gemma-3-270m-q4_k_m.gguf";
 
 /// Path of a test model; panics with the command to fetch it when it is missing, so a missing
 /// model fails the test instead of skipping it.
