@@ -5,6 +5,7 @@
 use super::byte_level::decode_token_text;
 use super::error::TokenizerError;
 use super::special::attr;
+use super::vocab::Vocab;
 use super::{Tokenizer, VocabType};
 
 /// The raw bytes of every token, stored back to back.
@@ -20,11 +21,11 @@ impl Pieces {
     /// and user-defined tokens as their text, normal tokens through the byte-level alphabet
     /// (BPE) or with `▁` turned back into spaces (SentencePiece), byte tokens (`<0xAB>`) as
     /// their byte, anything else as nothing.
-    pub(crate) fn new(tokens: &[String], attrs: &[u32], vocab_type: VocabType) -> Pieces {
-        let mut bytes = Vec::with_capacity(tokens.iter().map(String::len).sum());
-        let mut offsets = Vec::with_capacity(tokens.len() + 1);
+    pub(crate) fn new(vocab: &Vocab, attrs: &[u32], vocab_type: VocabType) -> Pieces {
+        let mut bytes = Vec::with_capacity(vocab.iter().map(str::len).sum());
+        let mut offsets = Vec::with_capacity(vocab.len() + 1);
         offsets.push(0);
-        for (text, &a) in tokens.iter().zip(attrs) {
+        for (text, &a) in vocab.iter().zip(attrs) {
             if a & (attr::CONTROL | attr::UNKNOWN | attr::USER_DEFINED) != 0 {
                 bytes.extend_from_slice(text.as_bytes());
             } else if a & attr::NORMAL != 0 {

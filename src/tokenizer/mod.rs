@@ -25,8 +25,7 @@ mod pretokenize;
 mod special;
 mod spm;
 mod unicode_classes;
-
-use std::collections::HashMap;
+mod vocab;
 
 pub use decode::StreamDecoder;
 pub use error::TokenizerError;
@@ -37,6 +36,7 @@ use decode::Pieces;
 use pretokenize::{PreTokenizer, SplitScratch};
 use special::{Fragment, SpecialIds, SpecialMatcher, attr};
 use spm::{Spm, SpmScratch};
+use vocab::Vocab;
 
 /// The tokenization algorithm of a vocabulary, from `tokenizer.ggml.model` (llama.cpp's
 /// `llama_vocab_type`, for the types this crate implements).
@@ -126,9 +126,8 @@ pub struct TokenizerData {
 #[derive(Debug)]
 pub struct Tokenizer {
     vocab_type: VocabType,
-    tokens: Vec<String>,
+    vocab: Vocab,
     attrs: Vec<u32>,
-    token_to_id: HashMap<String, u32>,
     model: Model,
     matcher: SpecialMatcher,
     pieces: Pieces,
@@ -160,7 +159,6 @@ impl Tokenizer {
         if n_vocab == 0 {
             return Err(TokenizerError::EmptyVocabulary);
         }
-        let n_vocab_u32 = u32::try_from(n_vocab).map_err(|_| TokenizerError::VocabularyTooLarge { n_vocab })?;
 
         // llama.cpp renames empty entries so that they cannot match anything.
         let mut tokens = std::mem::take(&mut data.tokens);
@@ -169,26 +167,21 @@ impl Tokenizer {
                 *t = format!("[EMPTY_{i}]");
             }
         }
-        let mut token_to_id = HashMap::with_capacity(n_vocab);
-        for (id, text) in (0..n_vocab_u32).zip(&tokens) {
-            if let Some(first) = token_to_id.insert(text.clone(), id) {
-                return Err(TokenizerError::DuplicateToken { text: text.clone(), first, second: id });
-            }
-        }
+        let vocab = Vocab::new(&tokens)?;
+        drop(tokens);
 
         let mut attrs = special::attrs_from_types(&data.token_types, n_vocab)?;
-        let special = special::resolve_special_ids(&data, vocab_type, &token_to_id, &mut attrs)?;
+        let special = special::resolve_special_ids(&data, vocab_type, &vocab, &mut attrs)?;
         let model = match pre {
-            Some(pre) => Model::Bpe { bpe: Bpe::new(&data.merges, &token_to_id, n_vocab_u32)?, pre },
-            None => Model::Spm(Spm::new(&data.scores, &token_to_id, n_vocab, special.unk, data.add_space_prefix)?),
+            Some(pre) => Model::Bpe { bpe: Bpe::new(&data.merges, &vocab)?, pre },
+            None => Model::Spm(Spm::new(&data.scores, &vocab, special.unk, data.add_space_prefix)?),
         };
-        let matcher = SpecialMatcher::new(&tokens, &attrs);
-        let pieces = Pieces::new(&tokens, &attrs, vocab_type);
+        let matcher = SpecialMatcher::new(&vocab, &attrs);
+        let pieces = Pieces::new(&vocab, &attrs, vocab_type);
         Ok(Tokenizer {
             vocab_type,
-            tokens,
+            vocab,
             attrs,
-            token_to_id,
             model,
             matcher,
             pieces,
@@ -233,7 +226,7 @@ impl Tokenizer {
                             // llama.cpp looks the whole word up first (in byte-level form).
                             byte_level.clear();
                             byte_level.extend(word.bytes().map(|b| BYTE_TO_CHAR[usize::from(b)]));
-                            if let Some(&id) = self.token_to_id.get(&byte_level) {
+                            if let Some(id) = self.vocab.id(&byte_level) {
                                 out.push(id);
                                 return;
                             }
@@ -258,7 +251,7 @@ impl Tokenizer {
                 }
                 Fragment::Text(range) => {
                     let Some(part) = text.get(range.clone()) else { continue };
-                    spm.encode_fragment(part, after_special, &self.token_to_id, &mut scratch, out);
+                    spm.encode_fragment(part, after_special, &self.vocab, &mut scratch, out);
                     after_special = false;
                 }
             }
@@ -372,20 +365,17 @@ impl Tokenizer {
 
     /// Number of entries in the vocabulary.
     pub fn n_vocab(&self) -> usize {
-        self.tokens.len()
+        self.vocab.len()
     }
 
     /// The vocabulary entry of `id` in its stored (byte-level) form.
     pub fn token_text(&self, id: u32) -> Result<&str, TokenizerError> {
-        self.tokens
-            .get(id as usize)
-            .map(String::as_str)
-            .ok_or(TokenizerError::TokenIdOutOfRange { id, n_vocab: self.n_vocab() })
+        self.vocab.get(id).ok_or(TokenizerError::TokenIdOutOfRange { id, n_vocab: self.n_vocab() })
     }
 
     /// The id of the vocabulary entry whose stored text is exactly `text`.
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.token_to_id.get(text).copied()
+        self.vocab.id(text)
     }
 
     /// Whether callers should put [`Tokenizer::bos_id`] in front of a prompt.

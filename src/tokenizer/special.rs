@@ -11,6 +11,7 @@ use memchr::memmem::Finder;
 
 use super::bpe::PairHasher;
 use super::error::TokenizerError;
+use super::vocab::Vocab;
 use super::{TokenizerData, VocabType};
 
 /// Token attribute bits, as llama.cpp's `llama_token_attr`.
@@ -103,7 +104,7 @@ const ALWAYS_RENDERED_TEXTS: &[&str] = &["<|channel|>", "<|message|>", "<|start|
 pub(crate) fn resolve_special_ids(
     data: &TokenizerData,
     vocab_type: VocabType,
-    token_to_id: &HashMap<String, u32>,
+    vocab: &Vocab,
     attrs: &mut [u32],
 ) -> Result<SpecialIds, TokenizerError> {
     let n_vocab = attrs.len();
@@ -144,7 +145,7 @@ pub(crate) fn resolve_special_ids(
         if slot.is_some() {
             return;
         }
-        if let Some(&id) = texts.iter().find_map(|t| token_to_id.get(*t)) {
+        if let Some(id) = texts.iter().find_map(|t| vocab.id(t)) {
             *slot = Some(id);
             attrs[id as usize] |= attr::CONTROL;
         }
@@ -160,13 +161,13 @@ pub(crate) fn resolve_special_ids(
 
     ids.eog.extend([ids.fim_pad, ids.fim_rep, ids.fim_sep].into_iter().flatten());
     for text in EOG_TEXTS {
-        if let Some(&id) = token_to_id.get(*text) {
+        if let Some(id) = vocab.id(text) {
             ids.eog.insert(id);
             attrs[id as usize] |= attr::CONTROL;
         }
     }
     for text in ALWAYS_RENDERED_TEXTS {
-        if let Some(&id) = token_to_id.get(*text) {
+        if let Some(id) = vocab.id(text) {
             attrs[id as usize] = attr::USER_DEFINED;
         }
     }
@@ -174,10 +175,10 @@ pub(crate) fn resolve_special_ids(
 
     // "<|end|>" ends a turn but not generation in vocabularies with "<|return|>"/"<|call|>"
     // (gpt-oss) or "<|calls|>"/"<|flush|>" (solar-open).
-    let eog_has = |ids: &SpecialIds, texts: &[&str]| texts.iter().any(|t| token_to_id.get(*t).is_some_and(|id| ids.eog.contains(id)));
+    let eog_has = |ids: &SpecialIds, texts: &[&str]| texts.iter().any(|t| vocab.id(t).is_some_and(|id| ids.eog.contains(&id)));
     let (has_return, has_call, has_flush) =
         (eog_has(&ids, &["<|return|>"]), eog_has(&ids, &["<|call|>", "<|calls|>"]), eog_has(&ids, &["<|flush|>"]));
-    if let Some(&end) = token_to_id.get("<|end|>")
+    if let Some(end) = vocab.id("<|end|>")
         && ids.eog.contains(&end)
         && has_call
         && (has_return || has_flush)
@@ -186,7 +187,7 @@ pub(crate) fn resolve_special_ids(
         attrs[end as usize] = attr::USER_DEFINED;
     }
     // Gemma 4 and PLaMo have an ordinary "</s>".
-    if let Some(&s) = token_to_id.get("</s>")
+    if let Some(s) = vocab.id("</s>")
         && ids.eog.contains(&s)
         && eog_has(&ids, &["<|tool_response>", "<|plamo:eos|>"])
     {
@@ -230,16 +231,17 @@ const NO_ENTRY: u32 = u32::MAX;
 
 impl SpecialMatcher {
     /// Control, user-defined and unknown tokens, longest text first (ties by id).
-    pub(crate) fn new(tokens: &[String], attrs: &[u32]) -> SpecialMatcher {
-        let mut ids: Vec<u32> = (0..tokens.len() as u32)
-            .filter(|&id| attrs[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
+    pub(crate) fn new(vocab: &Vocab, attrs: &[u32]) -> SpecialMatcher {
+        let text = |id: u32| vocab.get(id).unwrap_or_default();
+        let mut ids: Vec<u32> = (0..vocab.len() as u32)
+            .filter(|&id| attrs.get(id as usize).is_some_and(|a| a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0))
             .collect();
-        ids.sort_by_key(|&id| std::cmp::Reverse(tokens[id as usize].len()));
+        ids.sort_by_key(|&id| std::cmp::Reverse(text(id).len()));
         let entries: Vec<SpecialEntry> = ids
             .into_iter()
             .map(|id| SpecialEntry {
                 id,
-                finder: Finder::new(tokens[id as usize].as_bytes()).into_owned(),
+                finder: Finder::new(text(id).as_bytes()).into_owned(),
                 needs_parse_special: attrs[id as usize] & (attr::CONTROL | attr::UNKNOWN) != 0,
             })
             .collect();
@@ -331,7 +333,8 @@ mod tests {
     fn matcher(specials: &[(&str, u32)]) -> (SpecialMatcher, Vec<String>) {
         let tokens: Vec<String> = specials.iter().map(|(t, _)| (*t).to_owned()).collect();
         let attrs: Vec<u32> = specials.iter().map(|(_, a)| *a).collect();
-        (SpecialMatcher::new(&tokens, &attrs), tokens)
+        let vocab = Vocab::new(&tokens).unwrap_or_else(|e| panic!("{e}"));
+        (SpecialMatcher::new(&vocab, &attrs), tokens)
     }
 
     #[test]

@@ -19,9 +19,10 @@
 //! single character is never a recorded pair.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 use super::error::TokenizerError;
+use super::vocab::Vocab;
 
 /// The escaped form of a space.
 pub(crate) const ESCAPED_SPACE: char = '\u{2581}';
@@ -91,11 +92,11 @@ impl Spm {
     /// `scores` may be empty (no `tokenizer.ggml.scores`); otherwise it needs an entry per token.
     pub(crate) fn new(
         scores: &[f32],
-        token_to_id: &HashMap<String, u32>,
-        n_vocab: usize,
+        vocab: &Vocab,
         unk: Option<u32>,
         add_space_prefix: bool,
     ) -> Result<Spm, TokenizerError> {
+        let n_vocab = vocab.len();
         let scores = match scores.len() {
             0 => vec![0.0; n_vocab],
             n if n < n_vocab => return Err(TokenizerError::ScoreCount { got: n, n_vocab }),
@@ -105,10 +106,9 @@ impl Spm {
         for (b, slot) in byte_tokens.iter_mut().enumerate() {
             let hex = format!("<0x{b:02X}>");
             let raw = [b as u8];
-            *slot = token_to_id
-                .get(&hex)
-                .or_else(|| std::str::from_utf8(&raw).ok().and_then(|s| token_to_id.get(s)))
-                .copied()
+            *slot = vocab
+                .id(&hex)
+                .or_else(|| std::str::from_utf8(&raw).ok().and_then(|s| vocab.id(s)))
                 .unwrap_or(NONE);
         }
         Ok(Spm { scores, byte_tokens, unk, add_space_prefix })
@@ -121,7 +121,7 @@ impl Spm {
         &self,
         fragment: &str,
         after_special: bool,
-        token_to_id: &HashMap<String, u32>,
+        vocab: &Vocab,
         scratch: &mut SpmScratch,
         out: &mut Vec<u32>,
     ) {
@@ -133,7 +133,7 @@ impl Spm {
         for c in fragment.chars() {
             text.push(if c == ' ' { ESCAPED_SPACE } else { c });
         }
-        self.encode_escaped(&text, token_to_id, scratch, out);
+        self.encode_escaped(&text, vocab, scratch, out);
         scratch.text = text;
     }
 
@@ -141,7 +141,7 @@ impl Spm {
     pub(crate) fn encode_escaped(
         &self,
         text: &str,
-        token_to_id: &HashMap<String, u32>,
+        vocab: &Vocab,
         scratch: &mut SpmScratch,
         out: &mut Vec<u32>,
     ) {
@@ -152,8 +152,8 @@ impl Spm {
                 cut -= 1;
             }
             let (a, b) = text.split_at(cut);
-            self.encode_escaped(a, token_to_id, scratch, out);
-            self.encode_escaped(b, token_to_id, scratch, out);
+            self.encode_escaped(a, vocab, scratch, out);
+            self.encode_escaped(b, vocab, scratch, out);
             return;
         }
         let SpmScratch { symbols, queue, .. } = scratch;
@@ -170,7 +170,7 @@ impl Spm {
             });
         }
         for right in 1..n {
-            self.try_add_bigram(text, symbols, right - 1, right, token_to_id, queue);
+            self.try_add_bigram(text, symbols, right - 1, right, vocab, queue);
         }
         while let Some(bigram) = queue.pop() {
             let (l, r) = (bigram.left as usize, bigram.right as usize);
@@ -186,15 +186,15 @@ impl Spm {
                 symbols[after as usize].prev = bigram.left;
             }
             let before = symbols[l].prev;
-            self.try_add_bigram(text, symbols, before, bigram.left, token_to_id, queue);
-            self.try_add_bigram(text, symbols, bigram.left, after, token_to_id, queue);
+            self.try_add_bigram(text, symbols, before, bigram.left, vocab, queue);
+            self.try_add_bigram(text, symbols, bigram.left, after, vocab, queue);
         }
 
         let mut i = if n == 0 { NONE } else { 0 };
         while let Some(sym) = symbols.get(i as usize) {
             let piece = text.get(sym.start as usize..(sym.start + sym.len) as usize).unwrap_or_default();
-            match token_to_id.get(piece) {
-                Some(&id) => out.push(id),
+            match vocab.id(piece) {
+                Some(id) => out.push(id),
                 None => self.push_bytes(piece.as_bytes(), out),
             }
             i = sym.next;
@@ -207,13 +207,13 @@ impl Spm {
         symbols: &[Symbol],
         left: u32,
         right: u32,
-        token_to_id: &HashMap<String, u32>,
+        vocab: &Vocab,
         queue: &mut BinaryHeap<Bigram>,
     ) {
         let (Some(l), Some(r)) = (symbols.get(left as usize), symbols.get(right as usize)) else { return };
         let size = l.len + r.len;
         let Some(pair) = text.get(l.start as usize..(l.start + size) as usize) else { return };
-        let Some(&id) = token_to_id.get(pair) else { return };
+        let Some(id) = vocab.id(pair) else { return };
         let Some(&score) = self.scores.get(id as usize) else { return };
         queue.push(Bigram { score, left, right, size });
     }
@@ -234,14 +234,14 @@ mod tests {
     use super::*;
 
     /// A tiny vocabulary: (text, score), ids in order.
-    fn vocab(entries: &[(&str, f32)]) -> (HashMap<String, u32>, Vec<f32>) {
-        let map = entries.iter().enumerate().map(|(i, (t, _))| ((*t).to_owned(), i as u32)).collect();
-        (map, entries.iter().map(|(_, s)| *s).collect())
+    fn vocab(entries: &[(&str, f32)]) -> (Vocab, Vec<f32>) {
+        let texts: Vec<String> = entries.iter().map(|(t, _)| (*t).to_owned()).collect();
+        (Vocab::new(&texts).unwrap_or_else(|e| panic!("{e}")), entries.iter().map(|(_, s)| *s).collect())
     }
 
     fn encode(entries: &[(&str, f32)], text: &str, add_space_prefix: bool) -> Vec<u32> {
         let (map, scores) = vocab(entries);
-        let spm = Spm::new(&scores, &map, entries.len(), None, add_space_prefix).unwrap_or_else(|e| panic!("{e}"));
+        let spm = Spm::new(&scores, &map, None, add_space_prefix).unwrap_or_else(|e| panic!("{e}"));
         let mut out = Vec::new();
         spm.encode_fragment(text, true, &map, &mut SpmScratch::default(), &mut out);
         out
@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn missing_byte_tokens_fall_back_to_one_byte_entries_then_unk() {
         let (map, scores) = vocab(&[("<unk>", 0.0), ("x", -1.0)]);
-        let spm = Spm::new(&scores, &map, 2, Some(0), false).unwrap_or_else(|e| panic!("{e}"));
+        let spm = Spm::new(&scores, &map, Some(0), false).unwrap_or_else(|e| panic!("{e}"));
         let mut out = Vec::new();
         spm.encode_fragment("xyé", true, &map, &mut SpmScratch::default(), &mut out);
         assert_eq!(out, [1, 0, 0, 0]);
@@ -309,15 +309,15 @@ mod tests {
     #[test]
     fn scores_must_cover_the_vocabulary() {
         let (map, _) = vocab(&[("a", 0.0), ("b", 0.0)]);
-        assert!(matches!(Spm::new(&[1.0], &map, 2, None, false), Err(TokenizerError::ScoreCount { got: 1, n_vocab: 2 })));
-        assert!(Spm::new(&[], &map, 2, None, false).is_ok());
+        assert!(matches!(Spm::new(&[1.0], &map, None, false), Err(TokenizerError::ScoreCount { got: 1, n_vocab: 2 })));
+        assert!(Spm::new(&[], &map, None, false).is_ok());
     }
 
     #[test]
     fn long_inputs_merge_in_n_log_n() {
         let v = [("a", -3.0), ("aa", -1.0), ("aaaa", -0.5)];
         let (map, scores) = vocab(&v);
-        let spm = Spm::new(&scores, &map, 3, None, false).unwrap_or_else(|e| panic!("{e}"));
+        let spm = Spm::new(&scores, &map, None, false).unwrap_or_else(|e| panic!("{e}"));
         let mut out = Vec::new();
         spm.encode_fragment(&"a".repeat(100_001), true, &map, &mut SpmScratch::default(), &mut out);
         // Pairs "aa" first (left to right), then pairs of those into "aaaa"; one "a" left over.
