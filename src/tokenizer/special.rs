@@ -3,7 +3,7 @@
 //! llama.cpp's `llama_vocab::impl::load` (defaults per vocabulary type, the text-based detection
 //! of EOT/EOM/FIM/EOG tokens) and `tokenizer_st_partition`, for both vocabulary types.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasherDefault;
 use std::ops::Range;
 
@@ -282,47 +282,91 @@ impl SpecialMatcher {
     /// Splits `text` like llama.cpp's `tokenizer_st_partition`: each special token in turn, longest
     /// first, is cut out of every remaining text fragment at each of its non-overlapping
     /// occurrences. With `parse_special == false` only user-defined tokens are cut out.
+    ///
+    /// Rather than rebuilding the fragment list once per token (llama.cpp's loop, which costs
+    /// tokens × fragments), the cut-out spans are kept in an ordered map: a token's next
+    /// occurrence is taken when it lies wholly in text not yet cut out — exactly the occurrences
+    /// that llama.cpp's scan of each remaining fragment, left to right, finds.
     pub(crate) fn partition(&self, text: &str, parse_special: bool, out: &mut Vec<Fragment>) {
         out.clear();
         if text.is_empty() {
             return;
         }
-        out.push(Fragment::Text(0..text.len()));
         let bytes = text.as_bytes();
         // A token that does not occur in the whole text occurs in none of its fragments.
         let mut present = vec![false; self.entries.len()];
         self.mark_present(bytes, &mut present);
-        let mut next = Vec::new();
+        // Cut-out spans: start -> (end, token id); disjoint.
+        let mut cut: BTreeMap<usize, (usize, u32)> = BTreeMap::new();
         for (entry, _) in self.entries.iter().zip(&present).filter(|(_, p)| **p) {
             if entry.needs_parse_special && !parse_special {
                 continue;
             }
-            let pattern_len = entry.finder.needle().len();
-            let mut changed = false;
-            next.clear();
-            for frag in out.iter() {
+            let len = entry.finder.needle().len();
+            let mut from = 0;
+            while let Some(found) = bytes.get(from..).and_then(|hay| entry.finder.find(hay)) {
+                let at = from + found;
+                let end = at + len;
+                // The span starting last before `end` is the only one that can overlap.
+                match cut.range(..end).next_back() {
+                    Some((_, &(span_end, _))) if span_end > at => {
+                        // Every occurrence starting before `span_end` overlaps that span too.
+                        from = span_end.max(at + 1);
+                    }
+                    _ => {
+                        cut.insert(at, (end, entry.id));
+                        from = end;
+                    }
+                }
+            }
+        }
+        let mut pos = 0;
+        for (start, (end, id)) in cut {
+            if start > pos {
+                out.push(Fragment::Text(pos..start));
+            }
+            out.push(Fragment::Token(id));
+            pos = end;
+        }
+        if pos < text.len() {
+            out.push(Fragment::Text(pos..text.len()));
+        }
+    }
+
+    /// llama.cpp's loop as it is written, for the tests to compare with.
+    #[cfg(test)]
+    fn partition_by_fragments(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
+        let mut out = vec![Fragment::Text(0..text.len())];
+        if text.is_empty() {
+            return Vec::new();
+        }
+        let bytes = text.as_bytes();
+        for entry in &self.entries {
+            if entry.needs_parse_special && !parse_special {
+                continue;
+            }
+            let mut next = Vec::new();
+            for frag in &out {
                 let Fragment::Text(range) = frag else {
                     next.push(frag.clone());
                     continue;
                 };
                 let mut start = range.start;
                 while let Some(found) = bytes.get(start..range.end).and_then(|hay| entry.finder.find(hay)) {
-                    changed = true;
                     let at = start + found;
                     if at > start {
                         next.push(Fragment::Text(start..at));
                     }
                     next.push(Fragment::Token(entry.id));
-                    start = at + pattern_len;
+                    start = at + entry.finder.needle().len();
                 }
                 if start < range.end {
                     next.push(Fragment::Text(start..range.end));
                 }
             }
-            if changed {
-                std::mem::swap(out, &mut next);
-            }
+            out = next;
         }
+        out
     }
 }
 
@@ -354,5 +398,32 @@ mod tests {
         assert_eq!(out, [Fragment::Text(0..5), Fragment::Token(1)]);
         m.partition("a<c>b<u>", true, &mut out);
         assert_eq!(out, [Fragment::Text(0..1), Fragment::Token(0), Fragment::Text(4..5), Fragment::Token(1)]);
+    }
+
+    #[test]
+    fn cut_spans_agree_with_llama_cpp_loop_on_random_text() {
+        // Overlapping, nested and repeated tokens over a small alphabet, so that conflicts are
+        // frequent: "aba" vs "ab"/"ba", "aaaa" vs "aa", tokens inside tokens.
+        let specials = [
+            ("aa", attr::CONTROL), ("ab", attr::USER_DEFINED), ("ba", attr::CONTROL), ("aba", attr::USER_DEFINED),
+            ("aaaa", attr::CONTROL), ("bab", attr::UNKNOWN), ("c", attr::USER_DEFINED), ("cab", attr::CONTROL),
+            ("bb", attr::USER_DEFINED),
+        ];
+        let (m, _) = matcher(&specials);
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut out = Vec::new();
+        for round in 0..4000 {
+            let len = round % 40;
+            let text: String = (0..len)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ['a', 'b', 'c', 'd'][(seed >> 62) as usize]
+                })
+                .collect();
+            for parse_special in [false, true] {
+                m.partition(&text, parse_special, &mut out);
+                assert_eq!(out, m.partition_by_fragments(&text, parse_special), "{text:?} {parse_special}");
+            }
+        }
     }
 }
