@@ -72,11 +72,11 @@ impl VocabType {
     }
 }
 
-/// The merge algorithm and its tables.
+/// The merge algorithm and its tables (boxed: both hold large fixed tables).
 #[derive(Debug)]
 enum Model {
-    Bpe { bpe: Bpe, pre: PreTokenizer },
-    Spm(Spm),
+    Bpe { bpe: Box<Bpe>, pre: PreTokenizer },
+    Spm(Box<Spm>),
 }
 
 /// Everything a [`Tokenizer`] is built from: the `tokenizer.ggml.*` metadata of a GGUF file.
@@ -173,8 +173,8 @@ impl Tokenizer {
         let mut attrs = special::attrs_from_types(&data.token_types, n_vocab)?;
         let special = special::resolve_special_ids(&data, vocab_type, &vocab, &mut attrs)?;
         let model = match pre {
-            Some(pre) => Model::Bpe { bpe: Bpe::new(&data.merges, &vocab)?, pre },
-            None => Model::Spm(Spm::new(&data.scores, &vocab, special.unk, data.add_space_prefix)?),
+            Some(pre) => Model::Bpe { bpe: Box::new(Bpe::new(&data.merges, &vocab)?), pre },
+            None => Model::Spm(Box::new(Spm::new(&data.scores, &vocab, special.unk, data.add_space_prefix)?)),
         };
         let matcher = SpecialMatcher::new(&vocab, &attrs);
         let pieces = Pieces::new(&vocab, &attrs, vocab_type);
@@ -263,10 +263,10 @@ impl Tokenizer {
     /// chat template that writes `{{ bos_token }}`, parsed with special tokens).
     pub fn encode_prompt(&self, text: &str, parse_special: bool) -> Vec<u32> {
         let mut ids = self.encode(text, parse_special);
-        if let Some(bos) = self.bos_id().filter(|_| self.add_bos) {
-            if ids.first() != Some(&bos) {
-                ids.insert(0, bos);
-            }
+        if let Some(bos) = self.bos_id().filter(|_| self.add_bos)
+            && ids.first() != Some(&bos)
+        {
+            ids.insert(0, bos);
         }
         ids
     }
