@@ -426,3 +426,51 @@ impl Tokenizer {
         [s.fim_pre, s.fim_suf, s.fim_mid, s.fim_pad, s.fim_rep, s.fim_sep]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toy(pre: &str) -> Tokenizer {
+        let data = TokenizerData {
+            model: "gpt2".into(),
+            pre: pre.into(),
+            tokens: ["a", "b", "c", "abc", "ab", "1", "12", "123", "2", "3"].iter().map(|t| (*t).to_owned()).collect(),
+            merges: vec!["a b".into(), "1 2".into(), "12 3".into()],
+            ..TokenizerData::default()
+        };
+        Tokenizer::new(data).unwrap_or_else(|e| panic!("{pre}: {e}"))
+    }
+
+    /// llama.cpp's `ignore_merges` (LLAMA3 pre-type only): a word that is an entry as a whole
+    /// is that entry even when the merges cannot reach it ("abc" has no merge path here).
+    #[test]
+    fn llama3_takes_whole_words_that_are_entries() {
+        assert_eq!(toy("llama3").encode("abc", false), [3]);
+        // DBRX has the same regex without ignore_merges; Qwen2 neither.
+        assert_eq!(toy("dbrx").encode("abc", false), [4, 2]);
+        assert_eq!(toy("qwen2").encode("abc", false), [4, 2]);
+    }
+
+    /// The digit rules of each splitter, seen through the ids.
+    #[test]
+    fn digits_are_grouped_per_pre_tokenizer() {
+        assert_eq!(toy("qwen2").encode("123", false), [5, 8, 9]);
+        assert_eq!(toy("smollm").encode("123", false), [5, 8, 9]);
+        assert_eq!(toy("llama3").encode("123", false), [7]);
+        assert_eq!(toy("gpt-2").encode("123", false), [7]);
+        assert_eq!(toy("llama3").encode("1231", false), [7, 5]);
+        assert_eq!(toy("gpt-2").encode("1231", false), [7, 5]);
+        assert_eq!(toy("gpt-2").encode("12312", false), [7, 6]);
+        assert_eq!(toy("llama3").encode("12312", false), [7, 6]);
+    }
+
+    #[test]
+    fn add_bos_defaults_follow_llama_cpp() {
+        assert!(VocabType::Spm.default_add_bos("anything"));
+        assert!(VocabType::Bpe.default_add_bos("llama-bpe"));
+        assert!(!VocabType::Bpe.default_add_bos("smollm"));
+        assert!(!VocabType::Bpe.default_add_bos("dbrx"));
+        assert!(VocabType::Spm.default_add_space_prefix() && !VocabType::Bpe.default_add_space_prefix());
+    }
+}
