@@ -41,16 +41,41 @@ fn toy_vocabulary_encodes_and_decodes() {
 
 #[test]
 fn rejects_other_tokenizer_models() {
-    let data = TokenizerData { model: "llama".into(), ..toy_data() };
-    assert!(matches!(Tokenizer::new(data), Err(TokenizerError::UnsupportedModel { model }) if model == "llama"));
+    for model in ["bert", "t5", "rwkv", ""] {
+        let data = TokenizerData { model: model.into(), ..toy_data() };
+        match Tokenizer::new(data) {
+            Err(e @ TokenizerError::UnsupportedModel { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(&format!("{model:?}")) && msg.contains("\"gpt2\"") && msg.contains("\"llama\""), "{msg}");
+            }
+            other => panic!("{model:?}: {other:?}"),
+        }
+    }
 }
 
 #[test]
 fn rejects_unknown_pre_tokenizers() {
-    for pre in ["llama3", "", "qwen35"] {
+    // "default" and "" (llama.cpp's default regex set) and the DeepSeek/Qwen3.5 splitters are
+    // not implemented; the error names the value and lists the supported ones.
+    for pre in ["default", "", "qwen35", "deepseek-llm", "Qwen2"] {
         let data = TokenizerData { pre: pre.into(), ..toy_data() };
-        assert!(matches!(Tokenizer::new(data), Err(TokenizerError::UnsupportedPreTokenizer { pre: p, .. }) if p == pre));
+        match Tokenizer::new(data) {
+            Err(TokenizerError::UnsupportedPreTokenizer { pre: p, supported }) => {
+                assert_eq!(p, pre);
+                assert!(supported.contains("\"qwen2\"") && supported.contains("\"smollm\"") && supported.contains("\"llama3\""), "{supported}");
+            }
+            other => panic!("{pre:?}: {other:?}"),
+        }
     }
+    // SentencePiece vocabularies ignore the pre-tokenizer name, as llama.cpp does.
+    let spm = TokenizerData { model: "llama".into(), pre: "default".into(), scores: vec![0.0; 11], ..toy_data() };
+    assert!(Tokenizer::new(spm).is_ok());
+}
+
+#[test]
+fn scores_must_cover_the_vocabulary() {
+    let data = TokenizerData { model: "llama".into(), scores: vec![0.0; 3], ..toy_data() };
+    assert!(matches!(Tokenizer::new(data), Err(TokenizerError::ScoreCount { got: 3, n_vocab: 11 })));
 }
 
 #[test]

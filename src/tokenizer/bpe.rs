@@ -13,6 +13,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::byte_level::BYTE_TO_CHAR;
 use super::error::TokenizerError;
+use super::vocab::Vocab;
 
 /// "No string id": a byte whose character is neither a token nor part of any merge.
 const NO_ID: u32 = u32::MAX;
@@ -145,15 +146,12 @@ fn queue_entry(rank: u32, left: u32) -> Reverse<u64> {
 const NONE_IDX: u32 = u32::MAX;
 
 impl Bpe {
-    /// Builds the merge table. `token_to_id` maps every vocabulary string to its id.
-    pub(crate) fn new(
-        merges: &[String],
-        token_to_id: &HashMap<String, u32>,
-        n_vocab: u32,
-    ) -> Result<Bpe, TokenizerError> {
+    /// Builds the merge table over the vocabulary's ids.
+    pub(crate) fn new(merges: &[String], vocab: &Vocab) -> Result<Bpe, TokenizerError> {
+        let n_vocab = u32::try_from(vocab.len()).map_err(|_| TokenizerError::VocabularyTooLarge { n_vocab: vocab.len() })?;
         let mut extra: HashMap<String, u32> = HashMap::new();
         let intern = |text: &str, extra: &mut HashMap<String, u32>| -> u32 {
-            if let Some(&id) = token_to_id.get(text) {
+            if let Some(id) = vocab.id(text) {
                 return id;
             }
             let next = n_vocab.saturating_add(u32::try_from(extra.len()).unwrap_or(u32::MAX));
@@ -179,13 +177,13 @@ impl Bpe {
         for (b, slot) in byte_ids.iter_mut().enumerate() {
             let mut buf = [0u8; 4];
             let text: &str = BYTE_TO_CHAR[b].encode_utf8(&mut buf);
-            *slot = token_to_id.get(text).or_else(|| extra.get(text)).copied().unwrap_or(NO_ID);
+            *slot = vocab.id(text).or_else(|| extra.get(text).copied()).unwrap_or(NO_ID);
         }
         let mut ascii_tokens = [NO_ID; 128];
         for (b, slot) in ascii_tokens.iter_mut().enumerate() {
             let mut buf = [0u8; 4];
             let text: &str = char::from(b as u8).encode_utf8(&mut buf);
-            *slot = token_to_id.get(text).copied().unwrap_or(NO_ID);
+            *slot = vocab.id(text).unwrap_or(NO_ID);
         }
         Ok(Bpe { merges: table, byte_ids, ascii_tokens, n_vocab })
     }
@@ -368,8 +366,8 @@ fn split_merge(line: usize, text: &str) -> Result<(&str, &str), TokenizerError> 
 mod tests {
     use super::*;
 
-    fn vocab(words: &[&str]) -> HashMap<String, u32> {
-        words.iter().enumerate().map(|(i, w)| ((*w).to_owned(), i as u32)).collect()
+    fn vocab(words: &[&str]) -> Vocab {
+        Vocab::new(&words.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>()).unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
@@ -377,7 +375,7 @@ mod tests {
         let v = vocab(&["a", "b", "ab"]);
         for (text, reason) in [("ab", "no space"), ("a ", "empty right"), ("a b c", "more than two")] {
             let merges = vec!["a b".to_owned(), text.to_owned()];
-            match Bpe::new(&merges, &v, 3) {
+            match Bpe::new(&merges, &v) {
                 Err(TokenizerError::BadMerge { line: 1, reason: r, .. }) => assert!(r.starts_with(reason), "{r}"),
                 other => panic!("{text:?}: {other:?}"),
             }
@@ -388,7 +386,7 @@ mod tests {
     fn scan_and_queue_paths_agree() {
         let v = vocab(&["a", "b", "ab", "aa", "aaa", "ba", "aab", "bab"]);
         let merges: Vec<String> = ["a a", "a b", "aa a", "b a", "aa b", "b ab"].iter().map(|s| (*s).to_owned()).collect();
-        let bpe = Bpe::new(&merges, &v, v.len() as u32).unwrap_or_else(|e| panic!("{e}"));
+        let bpe = Bpe::new(&merges, &v).unwrap_or_else(|e| panic!("{e}"));
         let mut scratch = BpeScratch::default();
         let mut seed = 12345u64;
         for len in 1..200 {
@@ -420,7 +418,7 @@ mod tests {
         // "xy" is produced by a merge but is not a token: llama.cpp emits "x" and "y".
         let v = vocab(&["x", "y", "z", "xyz"]);
         let merges: Vec<String> = ["x y"].iter().map(|s| (*s).to_owned()).collect();
-        let bpe = Bpe::new(&merges, &v, 4).unwrap_or_else(|e| panic!("{e}"));
+        let bpe = Bpe::new(&merges, &v).unwrap_or_else(|e| panic!("{e}"));
         let mut out = Vec::new();
         bpe.encode_word(b"xyz", &mut BpeScratch::default(), &mut out);
         assert_eq!(out, [0, 1, 2]);

@@ -1,10 +1,12 @@
-//! Token ids back to bytes and text: the per-token pieces, whole-sequence decoding, and a
-//! streaming decoder that never emits a broken code point.
+//! Token ids back to bytes and text: the per-token pieces (llama.cpp's `token_to_piece` for
+//! both vocabulary types), whole-sequence decoding, and a streaming decoder that never emits a
+//! broken code point (also when SentencePiece byte tokens `<0xNN>` carry a character in parts).
 
-use super::Tokenizer;
 use super::byte_level::decode_token_text;
 use super::error::TokenizerError;
 use super::special::attr;
+use super::vocab::Vocab;
+use super::{Tokenizer, VocabType};
 
 /// The raw bytes of every token, stored back to back.
 #[derive(Debug)]
@@ -15,18 +17,22 @@ pub(crate) struct Pieces {
 }
 
 impl Pieces {
-    /// Pieces as llama.cpp's `token_to_piece(special = true)` renders them for a byte-level BPE
-    /// vocabulary: control, unknown and user-defined tokens as their text, normal tokens through
-    /// the byte-level alphabet, byte tokens (`<0xAB>`) as their byte, anything else as nothing.
-    pub(crate) fn new(tokens: &[String], attrs: &[u32]) -> Pieces {
-        let mut bytes = Vec::with_capacity(tokens.iter().map(String::len).sum());
-        let mut offsets = Vec::with_capacity(tokens.len() + 1);
+    /// Pieces as llama.cpp's `token_to_piece(special = true)` renders them: control, unknown
+    /// and user-defined tokens as their text, normal tokens through the byte-level alphabet
+    /// (BPE) or with `▁` turned back into spaces (SentencePiece), byte tokens (`<0xAB>`) as
+    /// their byte, anything else as nothing.
+    pub(crate) fn new(vocab: &Vocab, attrs: &[u32], vocab_type: VocabType) -> Pieces {
+        let mut bytes = Vec::with_capacity(vocab.iter().map(str::len).sum());
+        let mut offsets = Vec::with_capacity(vocab.len() + 1);
         offsets.push(0);
-        for (text, &a) in tokens.iter().zip(attrs) {
+        for (text, &a) in vocab.iter().zip(attrs) {
             if a & (attr::CONTROL | attr::UNKNOWN | attr::USER_DEFINED) != 0 {
                 bytes.extend_from_slice(text.as_bytes());
             } else if a & attr::NORMAL != 0 {
-                bytes.extend_from_slice(&decode_token_text(text));
+                match vocab_type {
+                    VocabType::Bpe => bytes.extend_from_slice(&decode_token_text(text)),
+                    VocabType::Spm => bytes.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
+                }
             } else if a & attr::BYTE != 0 {
                 bytes.extend(byte_token_value(text));
             }

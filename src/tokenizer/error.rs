@@ -8,12 +8,19 @@ use crate::gguf::GgufError;
 #[derive(Debug, Error)]
 pub enum TokenizerError {
     /// `tokenizer.ggml.model` names a tokenizer family this crate does not implement.
-    #[error("unsupported tokenizer model {model:?}: only \"gpt2\" (byte-level BPE) is supported")]
+    #[error(
+        "unsupported tokenizer model {model:?}: supported are \"gpt2\" (byte-level BPE) and \"llama\" (SentencePiece)"
+    )]
     UnsupportedModel { model: String },
 
-    /// `tokenizer.ggml.pre` names a pre-tokenizer this crate does not implement.
+    /// `tokenizer.ggml.pre` names a pre-tokenizer this crate does not implement (byte-level BPE
+    /// vocabularies only; SentencePiece ignores it, as llama.cpp does).
     #[error("unsupported pre-tokenizer {pre:?}: supported are {supported}")]
-    UnsupportedPreTokenizer { pre: String, supported: &'static str },
+    UnsupportedPreTokenizer { pre: String, supported: String },
+
+    /// `tokenizer.ggml.scores` is present but shorter than the token list.
+    #[error("scores has {got} entries but the vocabulary has {n_vocab} tokens")]
+    ScoreCount { got: usize, n_vocab: usize },
 
     /// The vocabulary has no tokens at all.
     #[error("the vocabulary is empty")]

@@ -1,7 +1,26 @@
-//! Reading a [`TokenizerData`] from a GGUF file's `tokenizer.ggml.*` metadata.
+//! Reading a [`TokenizerData`] from a GGUF file's `tokenizer.ggml.*` metadata, with llama.cpp's
+//! defaults (`llama_vocab::impl::load`) for keys that may be absent.
 
-use super::{Tokenizer, TokenizerData, TokenizerError};
-use crate::gguf::GgufFile;
+use super::{Tokenizer, TokenizerData, TokenizerError, VocabType};
+use crate::gguf::{GgufError, GgufFile, MetaArray};
+
+/// `tokenizer.ggml.scores`: f32, or integers as llama.cpp also accepts; empty when absent.
+fn scores(file: &GgufFile) -> Result<Vec<f32>, TokenizerError> {
+    const KEY: &str = "tokenizer.ggml.scores";
+    if file.get(KEY).is_none() {
+        return Ok(Vec::new());
+    }
+    match file.get_array(KEY)? {
+        MetaArray::F32(v) => Ok(v.clone()),
+        a if a.elem_type().is_integer() => Ok(file.get_i32_array(KEY)?.into_iter().map(|x| x as f32).collect()),
+        _ => Err(GgufError::WrongType {
+            key: KEY.to_owned(),
+            expected: "array of f32",
+            found: file.get(KEY).map(|v| v.type_description()).unwrap_or_default(),
+        }
+        .into()),
+    }
+}
 
 impl TokenizerData {
     /// The tokenizer metadata of `file`. Keys that llama.cpp treats as optional may be absent;
@@ -12,12 +31,21 @@ impl TokenizerData {
             Some(_) => file.get_i32_array("tokenizer.ggml.token_type")?,
             None => Vec::new(),
         };
+        let model = file.get_str("tokenizer.ggml.model")?.to_owned();
+        let pre = file.opt_str("tokenizer.ggml.pre")?.unwrap_or_default().to_owned();
+        let vocab_type = VocabType::from_model_name(&model);
+        // Merges are required for BPE (as in llama.cpp) and unused otherwise.
+        let merges = match vocab_type {
+            Some(VocabType::Spm) if file.get("tokenizer.ggml.merges").is_none() => Vec::new(),
+            _ => file.get_str_array("tokenizer.ggml.merges")?.to_vec(),
+        };
+        let add_bos_default = vocab_type.is_some_and(|t| t.default_add_bos(&pre));
+        let add_space_prefix_default = vocab_type.is_some_and(VocabType::default_add_space_prefix);
         Ok(TokenizerData {
-            model: file.get_str("tokenizer.ggml.model")?.to_owned(),
-            pre: file.opt_str("tokenizer.ggml.pre")?.unwrap_or_default().to_owned(),
             tokens: file.get_str_array("tokenizer.ggml.tokens")?.to_vec(),
+            scores: scores(file)?,
             token_types,
-            merges: file.get_str_array("tokenizer.ggml.merges")?.to_vec(),
+            merges,
             bos_id: id("bos")?,
             eos_id: id("eos")?,
             eot_id: id("eot")?,
@@ -34,8 +62,11 @@ impl TokenizerData {
             fim_pad_id: id("fim_pad")?,
             fim_rep_id: id("fim_rep")?,
             fim_sep_id: id("fim_sep")?,
-            add_bos: file.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(false),
+            add_bos: file.opt_bool("tokenizer.ggml.add_bos_token")?.unwrap_or(add_bos_default),
             add_eos: file.opt_bool("tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+            add_space_prefix: file.opt_bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(add_space_prefix_default),
+            model,
+            pre,
         })
     }
 }

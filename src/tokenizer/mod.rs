@@ -1,11 +1,15 @@
-//! Text to token ids and back, matching llama.cpp for byte-level BPE vocabularies with the Qwen2
-//! pre-tokenizer (Qwen2, Qwen2.5, Qwen3 and their derivatives).
+//! Text to token ids and back, matching llama.cpp (`src/llama-vocab.cpp`) for two vocabulary
+//! types ([`VocabType`]):
+//! * byte-level BPE (`tokenizer.ggml.model` = `"gpt2"`) with the pre-tokenizers listed in
+//!   [`pretokenize::PRE_TOKENIZERS`] (Qwen2/2.5/3, Llama 3, GPT-2, StarCoder/SmolLM, …);
+//! * SentencePiece (`"llama"`): score-ordered merges with byte fallback (Gemma, Llama 2, …).
 //!
-//! Encoding runs in three stages, each in its own module:
+//! Encoding runs in stages, each in its own module:
 //! 1. [`special`]: special-token text is cut out of the input (only user-defined tokens unless
 //!    `parse_special`), exactly in llama.cpp's order;
-//! 2. [`pretokenize`]: the remaining text fragments are split into words with the Qwen2 rules;
-//! 3. [`bpe`]: each word's bytes are merged into tokens by rank.
+//! 2. BPE: [`pretokenize`] splits the remaining text fragments into words, and [`bpe`] merges
+//!    each word's bytes into tokens by rank; SentencePiece: [`spm`] escapes spaces and merges
+//!    each whole fragment by score.
 //!
 //! [`decode`] turns ids back into bytes and text, including a streaming decoder.
 //!
@@ -19,35 +23,80 @@ mod error;
 mod gguf;
 mod pretokenize;
 mod special;
+mod spm;
 mod unicode_classes;
-
-use std::collections::HashMap;
+mod vocab;
 
 pub use decode::StreamDecoder;
 pub use error::TokenizerError;
 
 use bpe::{Bpe, BpeScratch, WordCache};
+use byte_level::BYTE_TO_CHAR;
 use decode::Pieces;
-use pretokenize::{SplitScratch, split_qwen2};
+use pretokenize::{PreTokenizer, SplitScratch};
 use special::{Fragment, SpecialIds, SpecialMatcher, attr};
+use spm::{Spm, SpmScratch};
+use vocab::Vocab;
 
-/// `tokenizer.ggml.pre` values that select the Qwen2 pre-tokenizer in llama.cpp.
-const QWEN2_PRE_NAMES: &[&str] = &["qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2"];
+/// The tokenization algorithm of a vocabulary, from `tokenizer.ggml.model` (llama.cpp's
+/// `llama_vocab_type`, for the types this crate implements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VocabType {
+    /// `"gpt2"`: byte-level BPE with merges and a pre-tokenizer.
+    Bpe,
+    /// `"llama"`: SentencePiece, scored tokens and `<0xNN>` byte fallback.
+    Spm,
+}
+
+impl VocabType {
+    /// The type `tokenizer.ggml.model` = `model` names, if supported.
+    pub fn from_model_name(model: &str) -> Option<VocabType> {
+        match model {
+            "gpt2" => Some(VocabType::Bpe),
+            "llama" => Some(VocabType::Spm),
+            _ => None,
+        }
+    }
+
+    /// llama.cpp's `add_bos` when `tokenizer.ggml.add_bos_token` is absent.
+    pub(crate) fn default_add_bos(self, pre: &str) -> bool {
+        match self {
+            VocabType::Spm => true,
+            VocabType::Bpe => pretokenize::pre_tokenizer(pre).is_some_and(|p| p.add_bos_default),
+        }
+    }
+
+    /// llama.cpp's `add_space_prefix` when `tokenizer.ggml.add_space_prefix` is absent.
+    pub(crate) fn default_add_space_prefix(self) -> bool {
+        self == VocabType::Spm
+    }
+}
+
+/// The merge algorithm and its tables (boxed: both hold large fixed tables).
+#[derive(Debug)]
+enum Model {
+    Bpe { bpe: Box<Bpe>, pre: PreTokenizer },
+    Spm(Box<Spm>),
+}
 
 /// Everything a [`Tokenizer`] is built from: the `tokenizer.ggml.*` metadata of a GGUF file.
 /// Special ids are `None` when the metadata does not have them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TokenizerData {
-    /// `tokenizer.ggml.model`; must be `"gpt2"`.
+    /// `tokenizer.ggml.model`: `"gpt2"` or `"llama"` (see [`VocabType`]).
     pub model: String,
-    /// `tokenizer.ggml.pre`; must select the Qwen2 pre-tokenizer.
+    /// `tokenizer.ggml.pre`; for `"gpt2"`, one of the supported pre-tokenizers (ignored for
+    /// `"llama"`, as in llama.cpp).
     pub pre: String,
-    /// `tokenizer.ggml.tokens`, in byte-level text form.
+    /// `tokenizer.ggml.tokens`, in byte-level text form (BPE) or with spaces as `▁` (SPM).
     pub tokens: Vec<String>,
+    /// `tokenizer.ggml.scores` (SentencePiece merge priorities, higher first). Empty means all
+    /// 0, as in llama.cpp; otherwise one per token. Unused by BPE.
+    pub scores: Vec<f32>,
     /// `tokenizer.ggml.token_type`: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
     /// 6 byte. Empty means all normal.
     pub token_types: Vec<i32>,
-    /// `tokenizer.ggml.merges`, highest priority first, each `"left right"`.
+    /// `tokenizer.ggml.merges`, highest priority first, each `"left right"` (BPE only).
     pub merges: Vec<String>,
     pub bos_id: Option<u32>,
     pub eos_id: Option<u32>,
@@ -67,39 +116,49 @@ pub struct TokenizerData {
     pub add_bos: bool,
     /// `tokenizer.ggml.add_eos_token`.
     pub add_eos: bool,
+    /// `tokenizer.ggml.add_space_prefix`: SentencePiece puts a space in front of the text (and
+    /// after each special token); detokenizing drops the first token's leading space.
+    pub add_space_prefix: bool,
 }
 
-/// A byte-level BPE tokenizer. Immutable once built; share it freely between threads.
+/// A byte-level BPE or SentencePiece tokenizer. Immutable once built; share it freely between
+/// threads.
 #[derive(Debug)]
 pub struct Tokenizer {
-    tokens: Vec<String>,
+    vocab_type: VocabType,
+    vocab: Vocab,
     attrs: Vec<u32>,
-    token_to_id: HashMap<String, u32>,
-    bpe: Bpe,
+    model: Model,
     matcher: SpecialMatcher,
     pieces: Pieces,
     special: SpecialIds,
     add_bos: bool,
     add_eos: bool,
+    add_space_prefix: bool,
 }
 
 impl Tokenizer {
     /// Builds a tokenizer, checking the data as it goes.
     pub fn new(mut data: TokenizerData) -> Result<Tokenizer, TokenizerError> {
-        if data.model != "gpt2" {
+        let Some(vocab_type) = VocabType::from_model_name(&data.model) else {
             return Err(TokenizerError::UnsupportedModel { model: data.model });
-        }
-        if !QWEN2_PRE_NAMES.contains(&data.pre.as_str()) {
-            return Err(TokenizerError::UnsupportedPreTokenizer {
-                pre: data.pre,
-                supported: "\"qwen2\", \"deepseek-r1-qwen\", \"kormo\", \"f2llmv2\"",
-            });
-        }
+        };
+        let pre = match vocab_type {
+            VocabType::Bpe => match pretokenize::pre_tokenizer(&data.pre) {
+                Some(pre) => Some(pre),
+                None => {
+                    return Err(TokenizerError::UnsupportedPreTokenizer {
+                        pre: data.pre,
+                        supported: pretokenize::supported_pre_names(),
+                    });
+                }
+            },
+            VocabType::Spm => None,
+        };
         let n_vocab = data.tokens.len();
         if n_vocab == 0 {
             return Err(TokenizerError::EmptyVocabulary);
         }
-        let n_vocab_u32 = u32::try_from(n_vocab).map_err(|_| TokenizerError::VocabularyTooLarge { n_vocab })?;
 
         // llama.cpp renames empty entries so that they cannot match anything.
         let mut tokens = std::mem::take(&mut data.tokens);
@@ -108,29 +167,34 @@ impl Tokenizer {
                 *t = format!("[EMPTY_{i}]");
             }
         }
-        let mut token_to_id = HashMap::with_capacity(n_vocab);
-        for (id, text) in (0..n_vocab_u32).zip(&tokens) {
-            if let Some(first) = token_to_id.insert(text.clone(), id) {
-                return Err(TokenizerError::DuplicateToken { text: text.clone(), first, second: id });
-            }
-        }
+        let vocab = Vocab::new(&tokens)?;
+        drop(tokens);
 
         let mut attrs = special::attrs_from_types(&data.token_types, n_vocab)?;
-        let special = special::resolve_special_ids(&data, &token_to_id, &mut attrs)?;
-        let bpe = Bpe::new(&data.merges, &token_to_id, n_vocab_u32)?;
-        let matcher = SpecialMatcher::new(&tokens, &attrs);
-        let pieces = Pieces::new(&tokens, &attrs);
+        let special = special::resolve_special_ids(&data, vocab_type, &vocab, &mut attrs)?;
+        let model = match pre {
+            Some(pre) => Model::Bpe { bpe: Box::new(Bpe::new(&data.merges, &vocab)?), pre },
+            None => Model::Spm(Box::new(Spm::new(&data.scores, &vocab, special.unk, data.add_space_prefix)?)),
+        };
+        let matcher = SpecialMatcher::new(&vocab, &attrs);
+        let pieces = Pieces::new(&vocab, &attrs, vocab_type);
         Ok(Tokenizer {
-            tokens,
+            vocab_type,
+            vocab,
             attrs,
-            token_to_id,
-            bpe,
+            model,
             matcher,
             pieces,
             special,
             add_bos: data.add_bos,
             add_eos: data.add_eos,
+            add_space_prefix: data.add_space_prefix,
         })
+    }
+
+    /// The vocabulary's tokenization algorithm.
+    pub fn vocab_type(&self) -> VocabType {
+        self.vocab_type
     }
 
     /// Token ids of `text`, without BOS (see [`Tokenizer::add_bos`]). With `parse_special`,
@@ -140,21 +204,58 @@ impl Tokenizer {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         let mut fragments = Vec::new();
         self.matcher.partition(text, parse_special, &mut fragments);
+        match &self.model {
+            Model::Bpe { bpe, pre } => self.encode_bpe(bpe, *pre, text, &fragments, &mut out),
+            Model::Spm(spm) => self.encode_spm(spm, text, &fragments, &mut out),
+        }
+        out
+    }
+
+    fn encode_bpe(&self, bpe: &Bpe, pre: PreTokenizer, text: &str, fragments: &[Fragment], out: &mut Vec<u32>) {
         let mut split_scratch = SplitScratch::default();
         let mut bpe_scratch = BpeScratch::default();
         let mut cache = WordCache::default();
+        let mut byte_level = String::new();
         for fragment in fragments {
             match fragment {
-                Fragment::Token(id) => out.push(id),
+                Fragment::Token(id) => out.push(*id),
                 Fragment::Text(range) => {
-                    let Some(part) = text.get(range) else { continue };
-                    split_qwen2(part, &mut split_scratch, |word| {
-                        self.bpe.encode_word_cached(word.as_bytes(), &mut bpe_scratch, &mut cache, &mut out);
+                    let Some(part) = text.get(range.clone()) else { continue };
+                    pretokenize::split(pre.splitter, part, &mut split_scratch, |word| {
+                        if pre.ignore_merges {
+                            // llama.cpp looks the whole word up first (in byte-level form).
+                            byte_level.clear();
+                            byte_level.extend(word.bytes().map(|b| BYTE_TO_CHAR[usize::from(b)]));
+                            if let Some(id) = self.vocab.id(&byte_level) {
+                                out.push(id);
+                                return;
+                            }
+                        }
+                        bpe.encode_word_cached(word.as_bytes(), &mut bpe_scratch, &mut cache, out);
                     });
                 }
             }
         }
-        out
+    }
+
+    /// llama.cpp's SPM branch of `tokenize`: each text fragment is merged on its own; the
+    /// space prefix goes in front of the first fragment and of each one after a special token.
+    fn encode_spm(&self, spm: &Spm, text: &str, fragments: &[Fragment], out: &mut Vec<u32>) {
+        let mut scratch = SpmScratch::default();
+        let mut after_special = true;
+        for fragment in fragments {
+            match fragment {
+                Fragment::Token(id) => {
+                    out.push(*id);
+                    after_special = true;
+                }
+                Fragment::Text(range) => {
+                    let Some(part) = text.get(range.clone()) else { continue };
+                    spm.encode_fragment(part, after_special, &self.vocab, &mut scratch, out);
+                    after_special = false;
+                }
+            }
+        }
     }
 
     /// The ids of a prompt to evaluate: [`Tokenizer::encode`], with BOS first when the model
@@ -162,10 +263,10 @@ impl Tokenizer {
     /// chat template that writes `{{ bos_token }}`, parsed with special tokens).
     pub fn encode_prompt(&self, text: &str, parse_special: bool) -> Vec<u32> {
         let mut ids = self.encode(text, parse_special);
-        if let Some(bos) = self.bos_id().filter(|_| self.add_bos) {
-            if ids.first() != Some(&bos) {
-                ids.insert(0, bos);
-            }
+        if let Some(bos) = self.bos_id().filter(|_| self.add_bos)
+            && ids.first() != Some(&bos)
+        {
+            ids.insert(0, bos);
         }
         ids
     }
@@ -210,6 +311,32 @@ impl Tokenizer {
         })
     }
 
+    /// llama.cpp's `llama_detokenize` (with `remove_special = false`): [`Tokenizer::decode_with`],
+    /// except that with `add_space_prefix` (SentencePiece) the first token's leading space is
+    /// dropped, undoing the space that encoding put in front. Without `add_space_prefix` (all
+    /// byte-level BPE vocabularies, Gemma) it equals `decode_with`. llama.cpp's `clean_spaces`
+    /// post-processing of some BPE vocabularies (not Qwen2 or SmolLM) is not applied.
+    pub fn detokenize(&self, ids: &[u32], render_special: bool) -> Result<String, TokenizerError> {
+        let mut bytes = Vec::with_capacity(ids.len() * 4);
+        for (i, &id) in ids.iter().enumerate() {
+            let piece = self.token_piece(id, render_special)?;
+            let piece = match piece {
+                [b' ', rest @ ..] if i == 0 && self.add_space_prefix => rest,
+                _ => piece,
+            };
+            bytes.extend_from_slice(piece);
+        }
+        Ok(match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
+        })
+    }
+
+    /// Whether encoding puts a space in front of the text (SentencePiece `add_space_prefix`).
+    pub fn add_space_prefix(&self) -> bool {
+        self.add_space_prefix
+    }
+
     /// A streaming decoder over this tokenizer.
     pub fn stream_decoder(&self) -> StreamDecoder<'_> {
         StreamDecoder::new(self)
@@ -238,20 +365,17 @@ impl Tokenizer {
 
     /// Number of entries in the vocabulary.
     pub fn n_vocab(&self) -> usize {
-        self.tokens.len()
+        self.vocab.len()
     }
 
     /// The vocabulary entry of `id` in its stored (byte-level) form.
     pub fn token_text(&self, id: u32) -> Result<&str, TokenizerError> {
-        self.tokens
-            .get(id as usize)
-            .map(String::as_str)
-            .ok_or(TokenizerError::TokenIdOutOfRange { id, n_vocab: self.n_vocab() })
+        self.vocab.get(id).ok_or(TokenizerError::TokenIdOutOfRange { id, n_vocab: self.n_vocab() })
     }
 
     /// The id of the vocabulary entry whose stored text is exactly `text`.
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.token_to_id.get(text).copied()
+        self.vocab.id(text)
     }
 
     /// Whether callers should put [`Tokenizer::bos_id`] in front of a prompt.
@@ -264,12 +388,14 @@ impl Tokenizer {
         self.add_eos
     }
 
-    /// Beginning-of-sequence token (llama.cpp defaults it to 11 for "gpt2" vocabularies).
+    /// Beginning-of-sequence token (llama.cpp defaults it to 11 for "gpt2" vocabularies, 1 for
+    /// "llama" ones).
     pub fn bos_id(&self) -> Option<u32> {
         self.special.bos
     }
 
-    /// End-of-sequence token (llama.cpp defaults it to 11 for "gpt2" vocabularies).
+    /// End-of-sequence token (llama.cpp defaults it to 11 for "gpt2" vocabularies, 2 for
+    /// "llama" ones).
     pub fn eos_id(&self) -> Option<u32> {
         self.special.eos
     }
@@ -298,5 +424,53 @@ impl Tokenizer {
     pub fn fim_ids(&self) -> [Option<u32>; 6] {
         let s = &self.special;
         [s.fim_pre, s.fim_suf, s.fim_mid, s.fim_pad, s.fim_rep, s.fim_sep]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toy(pre: &str) -> Tokenizer {
+        let data = TokenizerData {
+            model: "gpt2".into(),
+            pre: pre.into(),
+            tokens: ["a", "b", "c", "abc", "ab", "1", "12", "123", "2", "3"].iter().map(|t| (*t).to_owned()).collect(),
+            merges: vec!["a b".into(), "1 2".into(), "12 3".into()],
+            ..TokenizerData::default()
+        };
+        Tokenizer::new(data).unwrap_or_else(|e| panic!("{pre}: {e}"))
+    }
+
+    /// llama.cpp's `ignore_merges` (LLAMA3 pre-type only): a word that is an entry as a whole
+    /// is that entry even when the merges cannot reach it ("abc" has no merge path here).
+    #[test]
+    fn llama3_takes_whole_words_that_are_entries() {
+        assert_eq!(toy("llama3").encode("abc", false), [3]);
+        // DBRX has the same regex without ignore_merges; Qwen2 neither.
+        assert_eq!(toy("dbrx").encode("abc", false), [4, 2]);
+        assert_eq!(toy("qwen2").encode("abc", false), [4, 2]);
+    }
+
+    /// The digit rules of each splitter, seen through the ids.
+    #[test]
+    fn digits_are_grouped_per_pre_tokenizer() {
+        assert_eq!(toy("qwen2").encode("123", false), [5, 8, 9]);
+        assert_eq!(toy("smollm").encode("123", false), [5, 8, 9]);
+        assert_eq!(toy("llama3").encode("123", false), [7]);
+        assert_eq!(toy("gpt-2").encode("123", false), [7]);
+        assert_eq!(toy("llama3").encode("1231", false), [7, 5]);
+        assert_eq!(toy("gpt-2").encode("1231", false), [7, 5]);
+        assert_eq!(toy("gpt-2").encode("12312", false), [7, 6]);
+        assert_eq!(toy("llama3").encode("12312", false), [7, 6]);
+    }
+
+    #[test]
+    fn add_bos_defaults_follow_llama_cpp() {
+        assert!(VocabType::Spm.default_add_bos("anything"));
+        assert!(VocabType::Bpe.default_add_bos("llama-bpe"));
+        assert!(!VocabType::Bpe.default_add_bos("smollm"));
+        assert!(!VocabType::Bpe.default_add_bos("dbrx"));
+        assert!(VocabType::Spm.default_add_space_prefix() && !VocabType::Bpe.default_add_space_prefix());
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod gguf_bytes;
 pub mod rng;
+pub mod tokenizer_cases;
 
 use std::path::PathBuf;
 
