@@ -39,3 +39,26 @@ fn openai_client_against_minfer_serve() {
     assert_eq!(load["requests"], 60);
     std::fs::remove_file(report).ok();
 }
+
+/// The Llama (SmolLM2) and Gemma 3 models behind `minfer serve`, through the same client
+/// (`tests/server/test_openai_models.py`): chat and completions equal llama.cpp's greedy text,
+/// a chat request to a model without a template is a 400 saying what to do, and
+/// `--chat-template FILE` gives it one.
+#[test]
+fn openai_client_against_llama_and_gemma3() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python())
+        .arg(root.join("tests/server/test_openai_models.py"))
+        .env("MINFER_BIN", env!("CARGO_BIN_EXE_minfer"))
+        .env("MINFER_MODEL", common::model_path(common::SMOLLM2))
+        .env("MINFER_SMOLLM2", common::model_path(common::SMOLLM2))
+        .env("MINFER_GEMMA3", common::model_path(common::GEMMA3))
+        .env("MINFER_GEMMA_TEMPLATE", root.join("examples/chat-templates/gemma3.jinja"))
+        .env("MINFER_DATA", root.join("tests/data"))
+        .env("PYTHONUNBUFFERED", "1")
+        .output()
+        .expect("run the Python server tests");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(out.status.success(), "server tests failed:\n{text}");
+}

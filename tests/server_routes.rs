@@ -34,6 +34,7 @@ fn config(api_key: Option<&str>) -> ServeConfig {
         idle_timeout_secs: 60,
         max_connections: 64,
         drain_timeout_secs: 30,
+        chat_template: None,
     }
 }
 

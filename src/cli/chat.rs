@@ -27,6 +27,10 @@ pub struct ChatArgs {
     /// System prompt.
     #[arg(long, allow_hyphen_values = true)]
     pub system: Option<String>,
+    /// Chat with this Jinja chat template instead of the model's (a model without one needs
+    /// it).
+    #[arg(long, allow_hyphen_values = true)]
+    pub chat_template: Option<PathBuf>,
     /// Most tokens per answer (default: the context size).
     #[arg(short = 'n', long = "n-predict")]
     pub n_predict: Option<usize>,
@@ -49,7 +53,7 @@ const HELP: &str = "commands: /reset (forget the conversation), /save FILE, /loa
 
 pub fn run(out: &mut Out, a: &ChatArgs) -> Result<(), CliError> {
     let (f, tok) = model_files::open_with_tokenizer(&a.model)?;
-    let template = model_files::chat_template(&f)?;
+    let template = model_files::chat_template(&f, a.chat_template.as_deref())?;
     let render = crate::chat::RenderOptions::for_tokenizer(&tok);
     let fingerprint = model_fingerprint(&f);
     let engine = a.engine.engine(Arc::new(f), 1)?;

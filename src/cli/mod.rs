@@ -37,6 +37,8 @@ pub enum CliError {
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     #[error(transparent)]
     Template(#[from] crate::chat::TemplateError),
+    #[error(transparent)]
+    TemplateSource(#[from] crate::chat::TemplateSourceError),
     #[error("{path}: {source}")]
     Messages { path: PathBuf, source: crate::chat::TemplateError },
     #[error("cannot read {path}: {source}")]
@@ -131,6 +133,10 @@ pub enum Command {
         /// Do not end with the assistant header (by default the prompt asks for a reply).
         #[arg(long)]
         no_generation_prompt: bool,
+        /// Render with this Jinja chat template instead of the model's (a model without one
+        /// needs it).
+        #[arg(long, allow_hyphen_values = true)]
+        chat_template: Option<PathBuf>,
     },
     /// Generate text from a prompt (tokens stream to stdout, timings to stderr). With a chat
     /// template in the model, the prompt is the user's message and the answer ends at the end
@@ -155,6 +161,10 @@ pub enum Command {
         /// System message before the prompt (chat mode only).
         #[arg(long, allow_hyphen_values = true, conflicts_with_all = ["raw", "messages"])]
         system: Option<String>,
+        /// Chat with this Jinja chat template instead of the model's (a model without one
+        /// continues a `-p` prompt as raw text unless given one).
+        #[arg(long, allow_hyphen_values = true, conflicts_with = "raw")]
+        chat_template: Option<PathBuf>,
         /// Most tokens to generate.
         #[arg(short = 'n', long = "n-predict", default_value_t = 256)]
         n_predict: usize,
@@ -300,10 +310,10 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
     let r = match cli.command {
         Command::Info { model, json, tensors, backend } => info::run(&mut out, &model, json, tensors, backend.as_deref()),
         Command::Tokenize { model, special, json, text } => tokenize::run(&mut out, &model, &text, special, json),
-        Command::Template { model, messages, no_generation_prompt } => {
-            template::run(&mut out, &model, &messages, !no_generation_prompt)
+        Command::Template { model, messages, no_generation_prompt, chat_template } => {
+            template::run(&mut out, &model, &messages, !no_generation_prompt, chat_template.as_deref())
         }
-        Command::Run { model, prompt, file, messages, raw, system, n_predict, sampling, stop, json, draft, verbose, dump_graph, dump_graph_json, engine } => {
+        Command::Run { model, prompt, file, messages, raw, system, chat_template, n_predict, sampling, stop, json, draft, verbose, dump_graph, dump_graph_json, engine } => {
             let source = |p: &Option<String>, f: &Option<PathBuf>| match (p, f) {
                 (Some(p), None) => Some(prompt_source::PromptSource::from_prompt_arg(p)),
                 (None, Some(f)) => Some(prompt_source::PromptSource::from_file_arg(f)),
@@ -315,6 +325,7 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
                 _ => return Err(CliError::Usage("give exactly one of -p TEXT, -f FILE and --messages FILE")),
             };
             let args = run::RunArgs {
+                chat_template,
                 engine: engine.resolved(),
                 max_tokens: n_predict,
                 sampler: sampling.params(),

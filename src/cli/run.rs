@@ -31,34 +31,43 @@ struct Formed {
     how: String,
 }
 
-/// Renders `prompt`: chat mode when the model has a template and `--raw` was not given.
-fn form_prompt(f: &crate::gguf::GgufFile, tok: &Tokenizer, prompt: Prompt) -> Result<Formed, CliError> {
-    let has_template = f.get_str("tokenizer.chat_template").is_ok();
+/// Renders `prompt`: chat mode when a template is in force (`--chat-template FILE`, else the
+/// model's) and `--raw` was not given. A `-p` prompt to a model without a template continues as
+/// raw text, said on stderr; a conversation or a system message needs a template.
+fn form_prompt(f: &crate::gguf::GgufFile, template: Option<&Path>, tok: &Tokenizer, prompt: Prompt) -> Result<Formed, CliError> {
+    let has_template = template.is_some() || f.opt_str("tokenizer.chat_template")?.is_some();
+    let how_chat = |n: usize| match template {
+        Some(p) => format!("the chat template {} (--chat-template), {n} message(s)", p.display()),
+        None => format!("the model's chat template (tokenizer.chat_template), {n} message(s)"),
+    };
     match prompt {
         Prompt::Text { text, raw: true, .. } => Ok(Formed { text, parse_special: false, how: "raw text (--raw)".into() }),
         Prompt::Text { system: Some(_), .. } if !has_template => {
-            Err(CliError::Usage("--system needs a chat template, and this model has none (tokenizer.chat_template); use --raw"))
+            Err(CliError::Usage("--system needs a chat template: this model has none; use --chat-template FILE, or --raw"))
         }
         Prompt::Text { text, .. } if !has_template => {
+            eprintln!("minfer: this model has no chat template: continuing the prompt as raw text (--chat-template FILE chats)");
             Ok(Formed { text, parse_special: false, how: "raw text (the model has no chat template)".into() })
         }
         Prompt::Text { text, system, .. } => {
             let mut messages: Vec<ChatMessage> = system.map(ChatMessage::system).into_iter().collect();
             messages.push(ChatMessage::user(text));
-            let how = format!("the model's chat template (tokenizer.chat_template), {} message(s)", messages.len());
+            let how = how_chat(messages.len());
             let req = ChatRequest { messages, tools: None };
-            Ok(Formed { text: model_files::render_chat(f, tok, &req, true)?, parse_special: true, how })
+            Ok(Formed { text: model_files::render_chat(f, template, tok, &req, true)?, parse_special: true, how })
         }
         Prompt::Messages(p) => {
             let req = model_files::read_messages(p)?;
-            let how = format!("the model's chat template (tokenizer.chat_template), {} message(s) from {}", req.messages.len(), p.display());
-            Ok(Formed { text: model_files::render_chat(f, tok, &req, true)?, parse_special: true, how })
+            let how = format!("{} from {}", how_chat(req.messages.len()), p.display());
+            Ok(Formed { text: model_files::render_chat(f, template, tok, &req, true)?, parse_special: true, how })
         }
     }
 }
 
 /// Everything `run` was asked for besides the prompt.
 pub struct RunArgs {
+    /// `--chat-template FILE`: the template instead of the model's.
+    pub chat_template: Option<PathBuf>,
     pub engine: EngineArgs,
     pub max_tokens: usize,
     pub sampler: SamplerParams,
@@ -101,7 +110,7 @@ fn generate_with_bar(
 
 pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(), CliError> {
     let (f, tok) = model_files::open_with_tokenizer(model)?;
-    let Formed { text, parse_special, how } = form_prompt(&f, &tok, prompt)?;
+    let Formed { text, parse_special, how } = form_prompt(&f, a.chat_template.as_deref(), &tok, prompt)?;
     let ids = tok.encode_prompt(&text, parse_special);
     if a.verbose {
         eprintln!("minfer: prompt: {how}, {} tokens:", ids.len());

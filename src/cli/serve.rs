@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// generation stops and the request gets a 504 (or an error event in a stream).
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+    /// Render chat requests with this Jinja chat template instead of the model's (a model
+    /// without one needs it for /v1/chat/completions).
+    #[arg(long, allow_hyphen_values = true)]
+    pub chat_template: Option<PathBuf>,
     /// Model id reported by /v1/models and in responses (default: the file name without .gguf).
     #[arg(long, allow_hyphen_values = true)]
     pub alias: Option<String>,
@@ -104,6 +108,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         idle_timeout_secs: a.idle_timeout,
         max_connections: a.max_connections as usize,
         drain_timeout_secs: a.drain_timeout,
+        chat_template: a.chat_template,
     };
     Ok(serve(cfg)?)
 }

@@ -64,7 +64,7 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Byte
         let (m, ticket) = admit(&st)?;
         let req = chat_request(&parse_object(&body_bytes(body)?)?, m.n_vocab)?;
         let template = m.template.clone().ok_or_else(|| {
-            ApiError::param("messages", "this model has no chat template; use /v1/completions with a formatted prompt")
+            ApiError::param("messages", "this model has no chat template; use --chat-template FILE or a raw prompt (/v1/completions)")
         })?;
         let tools = req.tools.is_some();
         let opts = m.render_options(req.tools, req.template_kwargs);

@@ -7,7 +7,7 @@ use super::admission::Admission;
 use super::error::{ApiError, ServeError};
 use super::metrics::Metrics;
 use super::scheduler::{InferenceHandle, InferenceSetup, start};
-use crate::chat::{ChatTemplate, RenderOptions};
+use crate::chat::{ChatTemplate, RenderOptions, chat_template_for};
 use crate::generate::{DraftParams, EngineParams, NodeDump, check_vocab};
 use crate::gguf::GgufFile;
 use crate::models::load_model;
@@ -51,6 +51,8 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// On SIGTERM, how long generations in flight may take to finish.
     pub drain_timeout_secs: u64,
+    /// `--chat-template FILE`: the chat template instead of the model's.
+    pub chat_template: Option<PathBuf>,
 }
 
 /// Defaults of the connection limits (`minfer serve --read-timeout` etc.).
@@ -163,15 +165,15 @@ impl AppState {
         let path = self.cfg.model.display().to_string();
         let fail = |reason: String| ServeError::Load { path: path.clone(), reason };
         let tok = Tokenizer::from_gguf(&file).map_err(|e| fail(e.to_string()))?;
-        let template = match file.get_str("tokenizer.chat_template") {
-            Err(_) => None,
-            Ok(src) => match ChatTemplate::new("tokenizer.chat_template", src) {
-                Ok(t) => Some(Arc::new(t)),
-                Err(e) => {
-                    eprintln!("minfer serve: the model's chat template does not compile ({e}); /v1/chat/completions is off");
-                    None
-                }
-            },
+        // `--chat-template FILE` must load; the model's own template, when it does not compile,
+        // turns chat off with a word on stderr (completions still work).
+        let template = match (&self.cfg.chat_template, chat_template_for(&file, self.cfg.chat_template.as_deref())) {
+            (_, Ok(t)) => t.map(Arc::new),
+            (Some(_), Err(e)) => return Err(fail(e.to_string())),
+            (None, Err(e)) => {
+                eprintln!("minfer serve: the model's chat template does not compile ({e}); /v1/chat/completions is off");
+                None
+            }
         };
         let render = RenderOptions::for_tokenizer(&tok);
         let model = Arc::new(load_model(Arc::new(file)).map_err(|e| fail(e.to_string()))?);
