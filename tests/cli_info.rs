@@ -114,3 +114,28 @@ fn bad_arguments_are_one_line() {
     assert_one_line_failure(&minfer(&["info"]), "required");
     assert_one_line_failure(&minfer(&["frobnicate"]), "frobnicate");
 }
+
+/// SmolLM2-135M (model card: 30 layers, 576 wide, 9 heads / 3 KV heads, rope_theta 1e5, the
+/// Llama layout: normal RoPE over whole heads, no window).
+#[test]
+fn info_smollm2_llama() {
+    check(common::SMOLLM2, "llama", (30, 576, 9, 3, 64, 1536, 8192, 1e5, 1e-5, 49152));
+    let h = &info_json(common::SMOLLM2)["hparams"];
+    assert_eq!((h["rope_style"].as_str(), h["n_rot"].as_u64(), h["n_swa"].as_u64()), (Some("normal"), Some(64), Some(0)));
+}
+
+/// Gemma-3-270M (config.json: 18 layers, 640 wide, 4 heads / 1 KV head of 256, sliding window
+/// 512 with every sixth layer global, rope_theta 1e6 global and 1e4 local).
+#[test]
+fn info_gemma3() {
+    check(common::GEMMA3, "gemma3", (18, 640, 4, 1, 256, 2048, 32768, 1e6, 1e-6, 262144));
+    let h = &info_json(common::GEMMA3)["hparams"];
+    assert_eq!((h["rope_style"].as_str(), h["n_rot"].as_u64(), h["n_swa"].as_u64()), (Some("neox"), Some(256), Some(512)));
+    let global: Vec<usize> = h["swa_layers"].as_array().unwrap().iter().enumerate().filter(|(_, w)| !w.as_bool().unwrap()).map(|(i, _)| i).collect();
+    assert_eq!(global, [5, 11, 17]);
+    assert_eq!(h["rope_freq_base_swa"].as_f64(), Some(10000.0));
+    let text = minfer(&["info", common::model_path(common::GEMMA3).to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("rope:              neox, whole heads"), "{text}");
+    assert!(text.contains("sliding window:    512 cells on 15 of 18 layers (global: 5, 11, 17), rope base 10000 there"), "{text}");
+}

@@ -103,10 +103,33 @@ pub fn run(out: &mut Out, path: &Path, json: bool, tensors: bool, backend: Optio
             out.line(format!("embedding length:  {}", hp.n_embd))?;
             out.line(format!("heads:             {}", hp.n_head))?;
             out.line(format!("kv heads:          {}", hp.n_head_kv))?;
-            out.line(format!("head dim:          {}", hp.head_dim))?;
+            match hp.head_dim_v == hp.head_dim {
+                true => out.line(format!("head dim:          {}", hp.head_dim))?,
+                false => out.line(format!("head dim:          {} (k), {} (v)", hp.head_dim, hp.head_dim_v))?,
+            }
             out.line(format!("ffn length:        {}", hp.n_ff))?;
             out.line(format!("context length:    {}", hp.n_ctx_train))?;
+            let rotated = match hp.n_rot == hp.head_dim {
+                true => "whole heads".to_string(),
+                false => format!("{} of {} dims", hp.n_rot, hp.head_dim),
+            };
+            out.line(format!("rope:              {}, {rotated}", hp.rope_style.name()))?;
             out.line(format!("rope base:         {}", hp.rope_freq_base))?;
+            if hp.n_swa > 0 {
+                let windowed: Vec<usize> = (0..hp.n_layer as usize).filter(|&il| hp.is_swa(il)).collect();
+                let global: Vec<String> = (0..hp.n_layer as usize).filter(|&il| !hp.is_swa(il)).map(|il| il.to_string()).collect();
+                out.line(format!(
+                    "sliding window:    {} cells on {} of {} layers (global: {}), rope base {} there",
+                    hp.n_swa,
+                    windowed.len(),
+                    hp.n_layer,
+                    if global.is_empty() { "none".to_string() } else { global.join(", ") },
+                    hp.rope_freq_base_swa
+                ))?;
+            }
+            if let Some(scale) = hp.attn_scale {
+                out.line(format!("attention scale:   {scale}"))?;
+            }
             out.line(format!("rms eps:           {:e}", hp.rms_eps))?;
             out.line(format!("vocab size:        {}", hp.n_vocab))?;
         }
