@@ -155,3 +155,50 @@ fn context_shift_keeps_a_conversation_going_and_no_shift_is_an_error() {
     assert!(matches!(err, ConversationError::ContextFull { n_ctx: 160, .. }), "{err}");
     assert!(err.to_string().contains("context shift"));
 }
+
+/// Gemma 3's K-shift re-rotates each layer with its own RoPE base: the windowed layers with
+/// `rope.freq_base_swa` (10000), the global ones (5, 11, 17) with the file's 1e6. Layer 0
+/// (windowed) of a shifted cache equals a fresh evaluation at the new positions up to rounding
+/// (deeper layers saw the dropped tokens, so only layer 0 is comparable).
+#[test]
+fn gemma3_kv_shift_rotates_each_layer_with_its_base() {
+    let f = GgufFile::open(common::model_path(common::GEMMA3)).unwrap();
+    let model = Arc::new(load_model(Arc::new(f)).unwrap());
+    let hp = model.hparams().clone();
+    let p = minfer::graph::GraphParams {
+        n_tokens: 1,
+        n_out: 1,
+        gtype: minfer::graph::GraphType::for_tokens(1),
+        cparams: minfer::graph::CParams { n_ctx: 64, gpu: false, kv_type: KvType::F32 },
+        weights_version: 1,
+    };
+    let g = model.def.build_kv_shift(&p).unwrap();
+    let bases: Vec<f32> = g
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.meta {
+            minfer::graph::NodeMeta::KvShift(m) => Some(m.rope.freq_base),
+            _ => None,
+        })
+        .collect();
+    let want: Vec<f32> = (0..18).map(|il| if il % 6 == 5 { 1e6 } else { 1e4 }).collect();
+    assert_eq!(bases, want);
+
+    let (head_dim, width) = (hp.head_dim as usize, (hp.n_head_kv * hp.head_dim) as usize);
+    let ids: Vec<u32> = vec![2, 818, 5279, 529, 7001, 563, 496, 3207, 236761];
+    let mk = || Engine::new(model.clone(), &EngineParams { n_ctx: 64, n_threads: 2, ..EngineParams::default() }).unwrap();
+    let mut e = mk();
+    e.eval(&ids, 1).unwrap();
+    e.kv_rm(2, 6).unwrap();
+    e.kv_shift(2, 5, -4).unwrap();
+    let kept: Vec<u32> = [&ids[..2], &ids[6..]].concat();
+    let shifted = e.kv_snapshot().unwrap();
+    let mut fresh = mk();
+    fresh.eval(&kept, 1).unwrap();
+    let want = fresh.kv_snapshot().unwrap();
+    let (k, _) = shifted.rows_f32(0, width, head_dim).unwrap();
+    let (wk, _) = want.rows_f32(0, width, head_dim).unwrap();
+    let scale = wk.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let err = k.iter().zip(&wk).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(err <= 1e-5 * scale.max(1.0), "max |dK| {err} (scale {scale})");
+}
