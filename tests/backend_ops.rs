@@ -47,13 +47,15 @@
 //! | `add`, `mul` | d 896 × nt 1/2/7/32/512, d 67 × nt 1/7 | `kernels::add` / `mul` | bitwise | bitwise |
 //! | `silu` | as `add`, + in place (out = src 0) ×2 | `silu_with(Isa::Scalar)` | bitwise | NMSE 1e-7 |
 //! | `swiglu` (fused) | as `add` | `swiglu_with(Isa::Scalar)` | bitwise | NMSE 1e-7 |
+//! | `geglu` (fused) | as `add` | `kernels::geglu` (ggml's f16 GELU table) | bitwise | NMSE 1e-6 |
+//! | `gelu`, `scale` (×0.0625, ×25.298221) | as `silu` | `kernels::gelu`; `x * s` | bitwise | gelu NMSE 1e-6, scale bitwise |
 //! | `rms_norm` | weighted d 896 × nt 1/2/7/32/512 + d 67; unweighted nt 1/7 | `kernels::rms_norm` | bitwise | NMSE 1e-7 |
-//! | `qk_norm` | hd 64 × 4 heads × nt 1/7; hd 128 × 2 heads × nt 1/2/7/32/512 | `kernels::qk_norm` | bitwise | NMSE 1e-7 |
+//! | `qk_norm` | hd 64 × 4 heads × nt 1/7; hd 128 × 2 heads × nt 1/2/7/32/512; hd 256 × 4 heads × nt 1/7 | `kernels::qk_norm` | bitwise | NMSE 1e-7 |
 //! | `mul_mat` | all 13 `GgmlType::WEIGHT_TYPES` × {k 256, m 48 × nt 1/2/7/32/512; k = 3 blocks (130 for floats), m 37, + bias × nt 1/7}; Qwen2.5-0.5B shapes Q4_K/Q6_K 4864→896, Q5_0 896→4864, Q8_0 896→128 + bias | `matmul_with_isa` at the backend's dot ISA (bitwise) and at `Scalar` (tolerance) | bitwise at its own dot ISA | NMSE 5e-4 |
 //! | `get_rows` (embedding) | all 13 weight types, n_embd 256 × nt 1/7/512 | `kernels::get_rows` | bitwise | NMSE 1e-7 |
 //! | `get_rows` (tail rows) | d 896: 1 of 7, 2 of 32, 1 of 512 rows | `kernels::select_rows` | bitwise | bitwise |
-//! | `rope` | NORM and NEOX × hd 64 (4 heads) / 128 (2 heads) × n_rot full/half × nt 1/2/7/32 (+512 NEOX full, NORM half); 14 heads hd 64; in place ×2 | `kernels::rope_ext` | bitwise | NMSE 1e-6 |
-//! | `attn` | KV f32/f16/q8_0 × hd 64/128 × nt 1/2/7/32, heads 4:2; 14:2 hd 64 × nt 1/7; 2:2; nt 512 (f32 hd 64, q8_0 hd 128); long context n_ctx 1100 × (hd 64 nt 1, hd 128 nt 2) for each KV type | f32: `attention_with(Isa::Scalar)`; f16: the same on the decoded cells; q8_0: `attention_q8` (no scalar entry point), or with `MINFER_NO_FUSED_Q8_KV=1` the scalar f32 path on the decoded, rotated cells | bitwise (+ K, V untouched) | NMSE 5e-4 |
+//! | `rope` | NORM and NEOX × hd 64 (4 heads) / 128 (2 heads) × n_rot full/half × nt 1/2/7/32 (+512 NEOX full, NORM half); 14 heads hd 64; NEOX hd 256 (bases 1e4, 1e6); in place ×2 | `kernels::rope_ext` | bitwise | NMSE 1e-6 |
+//! | `attn` | KV f32/f16/q8_0 × hd 64/128 × nt 1/2/7/32, heads 4:2; 14:2 hd 64 × nt 1/7; 2:2; nt 512 (f32 hd 64, q8_0 hd 128); long context n_ctx 1100 × (hd 64 nt 1, hd 128 nt 2) for each KV type; heads 4:1 hd 256 (full, window 20, window 512 at n_ctx 1100); sliding windows 5, 1, 70, 300 and 100 (nt 512) | f32: `attention_with(Isa::Scalar)`; f16: the same on the decoded cells; q8_0: `attention_q8` (no scalar entry point), or with `MINFER_NO_FUSED_Q8_KV=1` the scalar f32 path on the decoded, rotated cells | bitwise (+ K, V untouched) | NMSE 5e-4 |
 //! | `kv_store` | KV f32/f16/q8_0 × hd 64/128 × nt 1/2/7/32 (+512 f32, q8_0), 2 KV heads, scattered cells | `kv_store_typed` | bitwise (K and V) | f32/f16 bitwise, q8_0 NMSE 1e-6 |
 //! | `kv_load` | KV f32/f16/q8_0 × hd 64/128 | the region as written | bitwise | bitwise |
 //! | `kv_shift` | KV f32/f16/q8_0 × NORM/NEOX × hd 64/128 × n_rot full/half, a quarter of the deltas 0 | `decode_row` + `rope_ext` + `encode_row` per moved cell | bitwise (+ V untouched) | f32/f16 NMSE 1e-6, q8_0 NMSE 1e-4 |
