@@ -4,63 +4,25 @@
 
 mod common;
 
-use minfer::gguf::GgufFile;
+use common::tokenizer_cases::{self, Case};
 use minfer::tokenizer::Tokenizer;
 
-struct Case {
-    text: String,
-    parse_special: bool,
-    ids: Vec<u32>,
-}
+const CASES: &str = "qwen2.5-0.5b.tokenizer.jsonl";
 
 fn load_tokenizer() -> Tokenizer {
-    let path = common::model_path(common::QWEN2_05B);
-    let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-    Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("cannot build the tokenizer of {}: {e}", path.display()))
+    tokenizer_cases::load_tokenizer(common::QWEN2_05B)
 }
 
 fn load_cases() -> Vec<Case> {
-    let path = common::data_path("qwen2.5-0.5b.tokenizer.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    text.lines()
-        .enumerate()
-        .map(|(n, line)| {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("line {}: {e}", n + 1));
-            let field = |k: &str| v.get(k).unwrap_or_else(|| panic!("line {}: no {k:?}", n + 1));
-            Case {
-                text: field("text").as_str().unwrap_or_else(|| panic!("line {}: text", n + 1)).to_owned(),
-                parse_special: field("parse_special").as_bool().unwrap_or_else(|| panic!("line {}: parse_special", n + 1)),
-                ids: field("ids")
-                    .as_array()
-                    .unwrap_or_else(|| panic!("line {}: ids", n + 1))
-                    .iter()
-                    .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()).unwrap_or_else(|| panic!("line {}: id", n + 1)))
-                    .collect(),
-            }
-        })
-        .collect()
+    tokenizer_cases::load_cases(CASES)
 }
 
 #[test]
 fn every_reference_line_matches_llama_cpp() {
-    let tok = load_tokenizer();
     let cases = load_cases();
     assert_eq!(cases.len(), 120, "the reference file should have 120 lines");
-    let mut failures = Vec::new();
-    for (n, case) in cases.iter().enumerate() {
-        let got = tok.encode(&case.text, case.parse_special);
-        if got != case.ids {
-            failures.push(format!(
-                "line {} {:?} (parse_special={}):\n  want {:?}\n  got  {:?}",
-                n + 1,
-                case.text,
-                case.parse_special,
-                case.ids,
-                got
-            ));
-        }
-    }
-    assert!(failures.is_empty(), "{} of {} lines differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    let (plain, special) = tokenizer_cases::check_every_line(&load_tokenizer(), &cases);
+    assert_eq!(plain + special, 120);
 }
 
 #[test]

@@ -166,8 +166,14 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
     // In-place element-wise ops over their first operand.
     if let Some(Operand::Aliased) = ins.first() {
         match &node.op {
-            Op::Scale { s } => return Ok(kernels::scale_inplace(f32s_mut(node, dst)?, *s)),
-            Op::Gelu => return Ok(kernels::gelu_inplace(f32s_mut(node, dst)?)),
+            Op::Scale { s } => {
+                kernels::scale_inplace(f32s_mut(node, dst)?, *s);
+                return Ok(());
+            }
+            Op::Gelu => {
+                kernels::gelu_inplace(f32s_mut(node, dst)?);
+                return Ok(());
+            }
             Op::GeGLU => {
                 let Some(Operand::Buf(up)) = ins.get(1) else { return Err(count()) };
                 return kernels::geglu_inplace(f32s_mut(node, dst)?, f32s(node, up)?).map_err(kernel(node));
