@@ -45,7 +45,7 @@ impl Llama {
             return Err(ModelError::Unsupported { what: "a Llama file with this tensor", found: format!("{name}: {what}") });
         }
         if let Some(n) = f.opt_u32("llama.expert_count")?.filter(|&n| n > 0) {
-            return Err(ModelError::Unsupported { what: "mixture-of-experts Llama models", found: format!("llama.expert_count = {n}") });
+            return Err(ModelError::Unsupported { what: "a mixture-of-experts Llama model", found: format!("llama.expert_count = {n}") });
         }
         let mut layers = Vec::new();
         let mut attn = Vec::new();
