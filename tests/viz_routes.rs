@@ -26,6 +26,7 @@ fn config(trace_dir: Option<PathBuf>) -> VizConfig {
         kv_type: Default::default(),
         max_values: 8,
         trace_dir,
+        chat_template: None,
     }
 }
 

@@ -1,5 +1,5 @@
 //! Where a chat template comes from: a file the user names (`--chat-template FILE`, on `run`,
-//! `chat`, `template` and `serve`), else the model's own `tokenizer.chat_template`. A model with
+//! `chat`, `template`, `serve` and `viz`), else the model's own `tokenizer.chat_template`. A model with
 //! neither has no chat mode: callers that need one refuse with [`NO_TEMPLATE`], never a
 //! made-up format.
 

@@ -35,6 +35,9 @@ pub struct VizArgs {
     /// KV cache storage: f32 (default), f16 or q8_0. Default: MINFER_CACHE_TYPE.
     #[arg(long = "cache-type")]
     pub cache_type: Option<String>,
+    /// Chat runs use this Jinja chat template instead of the model's.
+    #[arg(long, allow_hyphen_values = true)]
+    pub chat_template: Option<PathBuf>,
     /// Saved traces (MINFER_TRACE files) the page can open. Default: MINFER_VIZ_DIR.
     #[arg(long = "trace-dir", allow_hyphen_values = true)]
     pub trace_dir: Option<PathBuf>,
@@ -63,6 +66,7 @@ pub fn run(a: VizArgs) -> Result<(), CliError> {
         kv_type,
         max_values,
         trace_dir,
+        chat_template: a.chat_template,
     };
     Ok(viz(cfg)?)
 }

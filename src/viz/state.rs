@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::VizError;
-use crate::chat::ChatTemplate;
+use crate::chat::{ChatTemplate, chat_template_for};
 use crate::generate::{Engine, EngineParams};
 use crate::gguf::GgufFile;
 use crate::graph::KvType;
@@ -32,6 +32,8 @@ pub struct VizConfig {
     pub max_values: usize,
     /// Saved traces the page can open (`GET /viz/samples`); `MINFER_VIZ_DIR` by default.
     pub trace_dir: Option<PathBuf>,
+    /// `--chat-template FILE`: the chat template instead of the model's.
+    pub chat_template: Option<PathBuf>,
 }
 
 /// Most tokens one run may generate.
@@ -86,11 +88,16 @@ impl VizState {
         let fail = |reason: String| VizError::Load { path: cfg.model.display().to_string(), reason };
         let file = GgufFile::open(&cfg.model).map_err(|e| fail(e.to_string()))?;
         let tok = Tokenizer::from_gguf(&file).map_err(|e| fail(e.to_string()))?;
-        let template = file
-            .opt_str("tokenizer.chat_template")
-            .ok()
-            .flatten()
-            .and_then(|src| ChatTemplate::new("tokenizer.chat_template", src).ok());
+        // A `--chat-template FILE` must load; the model's own, when it does not compile, turns
+        // chat runs off with a word on stderr.
+        let template = match (&cfg.chat_template, chat_template_for(&file, cfg.chat_template.as_deref())) {
+            (_, Ok(t)) => t,
+            (Some(_), Err(e)) => return Err(fail(e.to_string())),
+            (None, Err(e)) => {
+                eprintln!("minfer viz: the model's chat template does not compile ({e}); chat runs are off");
+                None
+            }
+        };
         let model = Arc::new(load_model(Arc::new(file)).map_err(|e| fail(e.to_string()))?);
         let p = EngineParams {
             n_ctx: cfg.n_ctx,
