@@ -300,6 +300,13 @@ fn qwen2_word_end(cps: &[u32], classes: &[Class], pos: usize, max_digits: usize)
     if let Some(end) = after_last_newline {
         return end;
     }
+    space_run_end(pos, run_end, n)
+}
+
+/// The end of the pre-token a whitespace run `pos..run_end` gives (`n` code points in all):
+/// `\s+(?!\S)` leaves the run's last space to the word after it, `\s+` takes a run that ends
+/// the text (or a lone space) whole; no run at all is a one-code-point token.
+fn space_run_end(pos: usize, run_end: usize, n: usize) -> usize {
     let run_len = run_end - pos;
     if run_len > 1 && run_end < n {
         return run_end - 1;
@@ -347,14 +354,7 @@ fn gpt2_word_end(cps: &[u32], classes: &[Class], pos: usize) -> usize {
     while class_at(run_end) == Class::Space {
         run_end += 1;
     }
-    let run_len = run_end - pos;
-    if run_len > 1 && run_end < n {
-        return run_end - 1;
-    }
-    if run_len > 0 {
-        return run_end;
-    }
-    pos + 1
+    space_run_end(pos, run_end, n)
 }
 
 #[cfg(test)]
