@@ -5,9 +5,6 @@ use serde::Serialize;
 use crate::gguf::{GgufError, GgufFile, MetaArray, MetaValue};
 use crate::graph::RopeStyle;
 
-/// Architectures minfer can run (the names of [`ARCHITECTURES`]).
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["qwen2", "qwen3", "llama", "gemma3"];
-
 /// What an architecture fixes that its GGUF keys do not say (llama.cpp's per-architecture
 /// rules): the RoPE layout and the sliding-window layer pattern when the file has none.
 #[derive(Debug, Clone, Copy)]
@@ -23,13 +20,18 @@ pub struct ArchRules {
     pub full_rotation: bool,
 }
 
-/// One row per architecture in [`SUPPORTED_ARCHITECTURES`].
+/// The architectures minfer can run, one row each.
 pub const ARCHITECTURES: &[ArchRules] = &[
     ArchRules { name: "qwen2", rope_style: RopeStyle::NonInterleaved, swa_pattern: None, full_rotation: false },
     ArchRules { name: "qwen3", rope_style: RopeStyle::NonInterleaved, swa_pattern: None, full_rotation: false },
     ArchRules { name: "llama", rope_style: RopeStyle::Interleaved, swa_pattern: None, full_rotation: true },
     ArchRules { name: "gemma3", rope_style: RopeStyle::NonInterleaved, swa_pattern: Some(6), full_rotation: false },
 ];
+
+/// The names of [`ARCHITECTURES`], comma-separated (for messages).
+pub fn supported_architectures() -> String {
+    ARCHITECTURES.iter().map(|a| a.name).collect::<Vec<_>>().join(", ")
+}
 
 /// The rules of `arch`, or the unsupported-architecture error.
 pub fn arch_rules(arch: &str) -> Result<&'static ArchRules, ModelError> {
@@ -43,7 +45,7 @@ pub fn arch_rules(arch: &str) -> Result<&'static ArchRules, ModelError> {
 pub enum ModelError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("unsupported architecture '{arch}' (supported: {})", SUPPORTED_ARCHITECTURES.join(", "))]
+    #[error("unsupported architecture '{arch}' (supported: {})", supported_architectures())]
     UnsupportedArchitecture { arch: String },
     #[error("model has no tensor '{name}'")]
     MissingTensor { name: String },
@@ -118,7 +120,7 @@ impl HParams {
             None => n_embd / n_head,
         };
         let head_dim_v = f.opt_u32(&k("attention.value_length"))?.unwrap_or(head_dim);
-        let rules = ARCHITECTURES.iter().find(|a| a.name == arch);
+        let rules = arch_rules(&arch).ok();
         let n_rot = f.opt_u32(&k("rope.dimension_count"))?.unwrap_or(head_dim);
         if rules.is_some_and(|r| r.full_rotation) && n_rot != head_dim {
             return Err(ModelError::BadHParam {

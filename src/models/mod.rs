@@ -16,7 +16,7 @@ use crate::gguf::GgufFile;
 use crate::graph::{ComputeGraph, GraphError, GraphParams};
 
 pub use gemma3::Gemma3;
-pub use hparams::{ARCHITECTURES, ArchRules, HParams, ModelError, SUPPORTED_ARCHITECTURES, arch_rules};
+pub use hparams::{ARCHITECTURES, ArchRules, HParams, ModelError, arch_rules, supported_architectures};
 pub use llama::Llama;
 pub use qwen2::Qwen2;
 pub use qwen3::Qwen3;
