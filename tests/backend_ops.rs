@@ -1328,7 +1328,7 @@ fn check_model_graphs(cases: &[Case]) -> Result<Option<String>, String> {
                     n_tokens,
                     n_out: 1,
                     gtype: GraphType::for_tokens(n_tokens),
-                    cparams: CParams { n_ctx: 64, gpu: false, kv_type },
+                    cparams: CParams { n_ctx: 64, n_seq: 1, gpu: false, kv_type },
                     weights_version: 1,
                 };
                 let graphs = [

@@ -86,7 +86,7 @@ fn kv_rm_and_shift_match_a_fresh_evaluation_at_the_new_positions() {
     // f32 cells: the rotation is computed in f32, |error| ~ 1e-6 of the row's scale; q8_0
     // cells are decoded, rotated and quantized again: within two quantization steps.
     for (kv_type, tol) in [(KvType::F32, 1e-5f32), (KvType::Q8_0, 2.0 / 127.0)] {
-        let mk = || Engine::new(fx.model.clone(), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 64, n_threads: 2, kv_type, ..EngineParams::default() }).unwrap();
+        let mk = || Engine::new(fx.model.clone(), &EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 64, n_threads: 2, kv_type, ..EngineParams::default() }).unwrap();
         let mut e = mk();
         e.eval(&ids, 1).unwrap();
         // drop cells 2..5, move the survivors 5..8 down by 3
@@ -169,7 +169,7 @@ fn gemma3_kv_shift_rotates_each_layer_with_its_base() {
         n_tokens: 1,
         n_out: 1,
         gtype: minfer::graph::GraphType::for_tokens(1),
-        cparams: minfer::graph::CParams { n_ctx: 64, gpu: false, kv_type: KvType::F32 },
+        cparams: minfer::graph::CParams { n_ctx: 64, n_seq: 1, gpu: false, kv_type: KvType::F32 },
         weights_version: 1,
     };
     let g = model.def.build_kv_shift(&p).unwrap();

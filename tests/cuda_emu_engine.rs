@@ -48,7 +48,7 @@ fn registry() -> BackendRegistry {
 }
 
 fn params() -> EngineParams {
-    EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 256, n_threads: 2, backends: None, trace: false, dump: None, kv_type: Default::default() }
+    EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 256, n_threads: 2, backends: None, trace: false, dump: None, kv_type: Default::default() }
 }
 
 struct Record {

@@ -13,7 +13,7 @@ use minfer::models::load_model;
 fn engine(dump: Option<NodeDump>) -> Engine {
     let f = GgufFile::open(common::model_path(common::QWEN3_TINY)).expect("model opens");
     let m = load_model(Arc::new(f)).expect("model loads");
-    let p = EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 64, n_threads: 2, backends: None, trace: false, dump, kv_type: Default::default() };
+    let p = EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 64, n_threads: 2, backends: None, trace: false, dump, kv_type: Default::default() };
     Engine::new(Arc::new(m), &p).expect("engine")
 }
 

@@ -17,7 +17,7 @@ fn model(name: &str) -> Arc<Model> {
 }
 
 fn engine(m: &Arc<Model>, threads: usize) -> Engine {
-    Engine::new(m.clone(), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 256, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
+    Engine::new(m.clone(), &EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 256, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
 }
 
 /// A prompt long enough to cross tile and chunk boundaries (Qwen2.5 ids of real text).
@@ -108,7 +108,7 @@ fn prefill_to_decode_rebuild_keeps_the_kv() {
 #[test]
 fn context_overflow_is_an_error_before_compute() {
     let m = model(common::QWEN3_TINY);
-    let mut e = Engine::new(m, &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 8, n_threads: 1, backends: None, trace: false, dump: None, kv_type: Default::default() }).unwrap();
+    let mut e = Engine::new(m, &EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 8, n_threads: 1, backends: None, trace: false, dump: None, kv_type: Default::default() }).unwrap();
     let err = e.prefill(&PROMPT[..9], None).unwrap_err().to_string();
     assert!(err.contains("n_ctx 8"), "{err}");
     assert_eq!(e.n_past(), 0, "nothing was evaluated");
@@ -127,7 +127,7 @@ fn reference_prompt(file: &str, id: &str) -> Vec<u32> {
 }
 
 fn engine_ctx(m: &Arc<Model>, threads: usize, n_ctx: usize) -> Engine {
-    Engine::new(m.clone(), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
+    Engine::new(m.clone(), &EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
 }
 
 /// Logits after prefilling `ids[..split]` in chunks of `ubatch`, then one per decode step.

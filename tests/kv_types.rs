@@ -26,7 +26,7 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 fn max_delta(kv_type: KvType) -> (f32, f32, usize, usize) {
     let f = minfer::gguf::GgufFile::open(common::model_path(common::QWEN2_05B)).unwrap();
     let m = Arc::new(minfer::models::load_model(Arc::new(f)).unwrap());
-    let mk = |t| Engine::new(m.clone(), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 512, n_threads: 2, kv_type: t, ..EngineParams::default() }).unwrap();
+    let mk = |t| Engine::new(m.clone(), &EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 512, n_threads: 2, kv_type: t, ..EngineParams::default() }).unwrap();
     let (mut worst, mut worst_all, mut same, mut steps, mut sum) = (0f32, 0f32, 0, 0, 0f64);
     for r in records() {
         let (prompt, generated) = (ids(&r["prompt_ids"]), ids(&r["generated_ids"]));
@@ -74,7 +74,7 @@ fn q8_0_and_f16_caches_stay_within_tolerance_of_f32() {
 fn q8_0_cache_memory_is_at_most_0_27_of_f32() {
     let f = minfer::gguf::GgufFile::open(common::model_path(common::QWEN2_05B)).unwrap();
     let m = Arc::new(minfer::models::load_model(Arc::new(f)).unwrap());
-    let bytes = |t| Engine::new(m.clone(), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 4096, n_threads: 1, kv_type: t, ..EngineParams::default() }).unwrap().kv_bytes();
+    let bytes = |t| Engine::new(m.clone(), &EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: 4096, n_threads: 1, kv_type: t, ..EngineParams::default() }).unwrap().kv_bytes();
     let (f32b, f16b, q8b) = (bytes(KvType::F32), bytes(KvType::F16), bytes(KvType::Q8_0));
     // 24 layers x 2 regions x 4096 cells x 128 values x 4 bytes
     assert_eq!(f32b, 24 * 2 * 4096 * 128 * 4);

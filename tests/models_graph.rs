@@ -14,7 +14,7 @@ fn params(nt: usize, n_out: usize) -> GraphParams {
         n_tokens: nt,
         n_out,
         gtype: GraphType::for_tokens(nt),
-        cparams: CParams { n_ctx: 4096, gpu: false, kv_type: Default::default() },
+        cparams: CParams { n_ctx: 4096, n_seq: 1, gpu: false, kv_type: Default::default() },
         weights_version: 1,
     }
 }

@@ -69,7 +69,7 @@ fn engine(model: &str, threads: usize) -> Engine {
 fn engine_ctx(model: &str, threads: usize, n_ctx: usize) -> Engine {
     let f = GgufFile::open(common::model_path(model)).expect("model opens");
     let m = load_model(Arc::new(f)).expect("model loads");
-    Engine::new(Arc::new(m), &EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
+    Engine::new(Arc::new(m), &EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx, n_threads: threads, backends: None, trace: false, dump: None, kv_type: Default::default() }).expect("engine")
 }
 
 struct Stats {

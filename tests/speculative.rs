@@ -36,7 +36,7 @@ fn engine(model: &Arc<Model>, n_ctx: usize) -> Engine {
 /// A draft engine on `target`'s worker threads.
 fn draft_beside(model: &Arc<Model>, target: &Engine) -> Engine {
     let shared = EngineShared::with_pool(model, target.pool().clone()).unwrap();
-    let p = EngineParams { n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: target.n_ctx(), n_threads: 1, ..EngineParams::default() };
+    let p = EngineParams { n_seq: 1, n_ubatch: minfer::generate::DEFAULT_UBATCH, memory_cap: None, n_ctx: target.n_ctx(), n_threads: 1, ..EngineParams::default() };
     Engine::with_shared(model.clone(), &p, &shared).unwrap()
 }
 

@@ -67,6 +67,7 @@ impl EngineArgs {
         // No trace or node dump (those are the target's), the same backends as the target.
         let p = EngineParams {
             n_ctx: other.n_ctx(),
+            n_seq: 1,
             n_ubatch: self.ubatch.unwrap_or(crate::generate::DEFAULT_UBATCH),
             memory_cap: None,
             n_threads: 1,
@@ -94,6 +95,7 @@ impl EngineArgs {
         }
         let p = EngineParams {
             n_ctx,
+            n_seq: 1,
             n_ubatch: self.ubatch.unwrap_or(crate::generate::DEFAULT_UBATCH),
             memory_cap: None,
             n_threads: self.threads.unwrap_or_else(default_threads).max(1),

@@ -23,8 +23,12 @@ pub mod kv;
 /// Engine settings.
 #[derive(Debug, Clone)]
 pub struct EngineParams {
-    /// KV rows (tokens of context).
+    /// KV rows (tokens of context) of each sequence.
     pub n_ctx: usize,
+    /// Sequences the KV holds side by side (a server's slots), each with `n_ctx` cells of its
+    /// own; one forward pass may evaluate tokens of several ([`Engine::eval_batch`]). The
+    /// single-sequence methods (`eval`, `prefill`, `kv_*`, snapshots) work on sequence 0.
+    pub n_seq: usize,
     /// The most tokens one forward pass evaluates (llama.cpp's `n_ubatch`): the compute arenas
     /// are reserved for it once, and a longer prompt is evaluated in chunks of this size.
     pub n_ubatch: usize,
@@ -104,6 +108,7 @@ impl Default for EngineParams {
     fn default() -> Self {
         EngineParams {
             n_ctx: 4096,
+            n_seq: 1,
             n_ubatch: DEFAULT_UBATCH,
             memory_cap: None,
             n_threads: default_threads(),
@@ -178,6 +183,12 @@ pub enum EngineError {
     TokenOutOfRange { id: u32, n_vocab: usize },
     #[error("n_ctx must be at least 1")]
     ZeroContext,
+    #[error("n_seq must be at least 1")]
+    ZeroSequences,
+    #[error("sequence {seq} does not exist: the engine holds {n_seq}")]
+    NoSequence { seq: usize, n_seq: usize },
+    #[error("sequence {seq} appears twice in one batch")]
+    SequenceTwice { seq: usize },
     #[error("n_ubatch must be at least 1")]
     ZeroUbatch,
     #[error("n_out {n_out} must be between 1 and the {n_tokens} tokens evaluated")]
@@ -235,10 +246,10 @@ pub struct Engine {
     /// The CPU backend's workers; a forward pass runs inside [`Pool::install`].
     pool: Arc<Pool>,
     cparams: CParams,
-    /// The tokens in the KV, one per cell (cell i holds position i when `aligned`).
-    tokens: Vec<u32>,
-    /// The position each cell's K was rotated with (RoPE); see `kv.rs`.
-    cell_pos: Vec<i32>,
+    /// Cells of each sequence: sequence `s` owns cells `s * n_ctx_seq..(s + 1) * n_ctx_seq`.
+    n_ctx_seq: usize,
+    /// Per sequence: what its cells hold.
+    seqs: Vec<SeqKv>,
     last: Option<EvalInfo>,
     dump: Option<NodeDump>,
     /// Per-node capture of every evaluation (`MINFER_TRACE`, `minfer viz`).
@@ -272,9 +283,13 @@ impl Engine {
         if p.n_ubatch == 0 {
             return Err(EngineError::ZeroUbatch);
         }
+        if p.n_seq == 0 {
+            return Err(EngineError::ZeroSequences);
+        }
+        let n_cells = p.n_ctx.checked_mul(p.n_seq).ok_or(EngineError::ZeroContext)?;
         let (weights, pool) = (shared.weights.clone(), shared.pool.clone());
         let gpu = alloc.backends().iter().any(|&b| b != Backend::CPU);
-        let cparams = CParams { n_ctx: p.n_ctx, gpu, kv_type: p.kv_type };
+        let cparams = CParams { n_ctx: n_cells, n_seq: p.n_seq, gpu, kv_type: p.kv_type };
         let mut engine = Engine {
             model,
             weights,
@@ -283,8 +298,8 @@ impl Engine {
             cache: GraphCache::new(alloc),
             sched: BackendScheduler::with_trace(p.trace),
             cparams,
-            tokens: Vec::new(),
-            cell_pos: Vec::new(),
+            n_ctx_seq: p.n_ctx,
+            seqs: vec![SeqKv::default(); p.n_seq],
             last: None,
             dump: p.dump.clone(),
             tracer: None,
@@ -302,7 +317,7 @@ impl Engine {
     /// evaluation, naming the backend and the bytes.
     fn reserve(&mut self) -> Result<(), EngineError> {
         let mut used: BTreeMap<Backend, BTreeSet<WeightId>> = BTreeMap::new();
-        let wide = self.n_ubatch.min(RESERVED_OUTPUTS);
+        let wide = self.n_ubatch.min(RESERVED_OUTPUTS.max(self.seqs.len()));
         let mut need = ArenaNeed::default();
         // Built, planned and dropped one at a time.
         for (nt, n_out) in [(self.n_ubatch, 1), (self.n_ubatch, wide), (1, 1)] {
@@ -356,22 +371,43 @@ impl Engine {
         &self.pool
     }
 
+    /// Cells of each sequence (its context).
     pub fn n_ctx(&self) -> usize {
-        self.cparams.n_ctx
+        self.n_ctx_seq
+    }
+
+    /// Sequences the KV holds.
+    pub fn n_seq(&self) -> usize {
+        self.seqs.len()
     }
 
     pub fn kv_type(&self) -> KvType {
         self.cparams.kv_type
     }
 
-    /// Tokens already in the KV (the next token's position).
+    /// Tokens already in sequence 0's KV (the next token's position).
     pub fn n_past(&self) -> usize {
-        self.tokens.len()
+        self.seqs[0].tokens.len()
     }
 
-    /// The tokens in the KV, in order.
+    /// The tokens in sequence 0's KV, in order.
     pub fn tokens(&self) -> &[u32] {
-        &self.tokens
+        &self.seqs[0].tokens
+    }
+
+    /// The tokens in sequence `seq`'s KV, in order (`None`: no such sequence).
+    pub fn seq_tokens(&self, seq: usize) -> Option<&[u32]> {
+        self.seqs.get(seq).map(|s| s.tokens.as_slice())
+    }
+
+    /// Forgets all but the first `keep` tokens of sequence `seq` (a cached prompt prefix is
+    /// kept this way); the cells stay and are overwritten.
+    pub fn seq_truncate(&mut self, seq: usize, keep: usize) -> Result<(), EngineError> {
+        let n_seq = self.seqs.len();
+        let s = self.seqs.get_mut(seq).ok_or(EngineError::NoSequence { seq, n_seq })?;
+        s.tokens.truncate(keep);
+        s.cell_pos.truncate(keep);
+        Ok(())
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -389,10 +425,9 @@ impl Engine {
         self.tracer.take()
     }
 
-    /// Forgets the sequence; the KV regions are kept and overwritten.
+    /// Forgets sequence 0; the KV regions are kept and overwritten.
     pub fn reset(&mut self) {
-        self.tokens.clear();
-        self.cell_pos.clear();
+        self.seqs[0] = SeqKv::default();
     }
 
     pub fn last_eval(&self) -> Option<EvalInfo> {
@@ -427,41 +462,89 @@ impl Engine {
         Ok((graph, params))
     }
 
-    /// Evaluates `tokens` at positions `n_past..`; returns the logits of the last `n_out`
-    /// tokens, `[n_out][n_vocab]`.
+    /// Evaluates `tokens` at positions `n_past..` of sequence 0; returns the logits of the
+    /// last `n_out` tokens, `[n_out][n_vocab]`.
     pub fn eval(&mut self, tokens: &[u32], n_out: usize) -> Result<Vec<f32>, EngineError> {
         let nt = tokens.len();
         if nt == 0 {
             return Err(EngineError::NoTokens);
         }
-        self.check_aligned()?;
-        let n_past = self.n_past();
         if n_out == 0 || n_out > nt {
             return Err(EngineError::BadOutputRows { n_out, n_tokens: nt });
         }
-        if n_past + nt > self.cparams.n_ctx {
-            return Err(EngineError::ContextFull { n_past, n_tokens: nt, n_ctx: self.cparams.n_ctx });
+        let tail: Vec<i32> = ((nt - n_out)..nt).map(|i| i as i32).collect();
+        self.run_pass(&[SeqChunk { seq: 0, tokens }], tail)
+    }
+
+    /// One forward pass over chunks of several sequences (each at most once): every chunk's
+    /// tokens go to its sequence's next positions, and each chunk's last token gives a row of
+    /// logits, `[chunks.len()][n_vocab]` in chunk order. A sequence's logits are the same bits
+    /// as evaluating its chunk alone: every kernel computes a token's row the same way
+    /// whatever else is in the pass.
+    pub fn eval_batch(&mut self, chunks: &[SeqChunk<'_>]) -> Result<Vec<f32>, EngineError> {
+        let mut tail = Vec::with_capacity(chunks.len());
+        let mut end = 0usize;
+        for c in chunks {
+            if c.tokens.is_empty() {
+                return Err(EngineError::NoTokens);
+            }
+            end += c.tokens.len();
+            tail.push(end as i32 - 1);
         }
+        if chunks.is_empty() {
+            return Err(EngineError::NoTokens);
+        }
+        self.run_pass(chunks, tail)
+    }
+
+    /// Checks the chunks against their sequences, then evaluates them with logit rows `tail`
+    /// (indices into the concatenated tokens).
+    fn run_pass(&mut self, chunks: &[SeqChunk<'_>], tail: Vec<i32>) -> Result<Vec<f32>, EngineError> {
+        let n_seq = self.seqs.len();
         let n_vocab = self.n_vocab();
-        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(EngineError::TokenOutOfRange { id, n_vocab });
+        let mut seen = vec![false; n_seq];
+        let (mut ids, mut positions, mut cells) = (Vec::new(), Vec::new(), Vec::new());
+        for c in chunks {
+            let s = self.seqs.get(c.seq).ok_or(EngineError::NoSequence { seq: c.seq, n_seq })?;
+            if std::mem::replace(&mut seen[c.seq], true) {
+                return Err(EngineError::SequenceTwice { seq: c.seq });
+            }
+            s.check_aligned()?;
+            let n_past = s.tokens.len();
+            if n_past + c.tokens.len() > self.n_ctx_seq {
+                return Err(EngineError::ContextFull { n_past, n_tokens: c.tokens.len(), n_ctx: self.n_ctx_seq });
+            }
+            if let Some(&id) = c.tokens.iter().find(|&&t| t as usize >= n_vocab) {
+                return Err(EngineError::TokenOutOfRange { id, n_vocab });
+            }
+            let base = c.seq * self.n_ctx_seq;
+            ids.extend(c.tokens.iter().map(|&t| t as i32));
+            positions.extend((n_past..n_past + c.tokens.len()).map(|p| p as i32));
+            cells.extend((base + n_past..base + n_past + c.tokens.len()).map(|p| p as i32));
         }
+        let (nt, n_out) = (ids.len(), tail.len());
         let params = self.graph_params(nt, n_out);
         let model = &self.model;
         let prepared = self.cache.prepare(&params, &self.sched, |p| model.def.build_graph(p))?;
         self.last = Some(EvalInfo { prepared });
-        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-        let positions: Vec<i32> = (n_past..n_past + nt).map(|p| p as i32).collect();
         let (graph, alloc) = self.cache.current().ok_or(GraphError::NoGraph)?;
         alloc.fill_input_i32(graph, "token_ids", &ids)?;
         alloc.fill_input_i32(graph, "positions", &positions)?;
+        if self.cparams.n_seq > 1 {
+            alloc.fill_input_i32(graph, "kv_cells", &cells)?;
+        }
         if n_out < nt {
-            let tail: Vec<i32> = ((nt - n_out)..nt).map(|i| i as i32).collect();
             alloc.fill_input_i32(graph, "tail_ids", &tail)?;
         }
         let out = *graph.outputs.first().ok_or(GraphError::NoGraph)?;
-        let dump = self.dump.as_ref().filter(|d| (n_past..n_past + nt).contains(&d.pos));
-        if let Some(t) = self.tracer.as_mut() {
+        // Dumps and traces follow one sequence's positions: a pass of one chunk only.
+        let single = match chunks {
+            [c] => Some((self.seqs[c.seq].tokens.len(), c.tokens)),
+            _ => None,
+        };
+        let dump = self.dump.as_ref().zip(single).filter(|(d, (n_past, _))| (*n_past..n_past + nt).contains(&d.pos)).map(|(d, _)| d);
+        let tracer = self.tracer.as_mut().filter(|_| single.is_some());
+        if let (Some(t), Some((n_past, tokens))) = (tracer, single) {
             t.begin_step(&params, graph, &self.model, n_past, tokens);
             for &id in &graph.inputs {
                 if let Ok(data) = alloc.node_words(id) {
@@ -469,14 +552,15 @@ impl Engine {
                 }
             }
         }
-        let executed = match (dump, self.tracer.as_mut()) {
+        let n_past0 = single.map_or(0, |(n, _)| n);
+        let executed = match (dump, self.tracer.as_mut().filter(|_| single.is_some())) {
             (None, None) => {
                 let (cache, sched) = (&mut self.cache, &self.sched);
                 self.pool.install(|| cache.execute(sched)).map_err(EngineError::from)
             }
             (dump, tracer) => {
                 let (cache, sched) = (&mut self.cache, &self.sched);
-                self.pool.install(|| observed_execute(cache, sched, dump, tracer, (n_past, nt, n_out)))
+                self.pool.install(|| observed_execute(cache, sched, dump, tracer, (n_past0, nt, n_out)))
             }
         };
         let read = executed.and_then(|()| {
@@ -484,7 +568,7 @@ impl Engine {
             Ok(alloc.copy_to_cpu(out)?)
         });
         // The trace's open step ends either way: with the logits, or dropped with the error.
-        let logits = match (read, self.tracer.as_mut()) {
+        let logits = match (read, self.tracer.as_mut().filter(|_| single.is_some())) {
             (Ok(logits), Some(t)) => {
                 t.end_step(&logits[logits.len().saturating_sub(n_vocab)..]);
                 logits
@@ -497,8 +581,13 @@ impl Engine {
                 return Err(e);
             }
         };
-        self.tokens.extend_from_slice(tokens);
-        self.cell_pos.extend_from_slice(&positions);
+        let mut at = 0;
+        for c in chunks {
+            let s = &mut self.seqs[c.seq];
+            s.tokens.extend_from_slice(c.tokens);
+            s.cell_pos.extend_from_slice(&positions[at..at + c.tokens.len()]);
+            at += c.tokens.len();
+        }
         Ok(logits)
     }
 
@@ -508,11 +597,11 @@ impl Engine {
         if tokens.is_empty() {
             return Err(EngineError::NoTokens);
         }
-        if self.n_past() + tokens.len() > self.cparams.n_ctx {
+        if self.n_past() + tokens.len() > self.n_ctx_seq {
             return Err(EngineError::ContextFull {
                 n_past: self.n_past(),
                 n_tokens: tokens.len(),
-                n_ctx: self.cparams.n_ctx,
+                n_ctx: self.n_ctx_seq,
             });
         }
         let chunk = ubatch.unwrap_or(self.n_ubatch).max(1);
@@ -521,5 +610,32 @@ impl Engine {
             logits = self.eval(part, 1)?;
         }
         Ok(logits)
+    }
+}
+
+/// Tokens of one sequence in a batched forward pass ([`Engine::eval_batch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SeqChunk<'a> {
+    pub seq: usize,
+    pub tokens: &'a [u32],
+}
+
+/// What one sequence's cells hold.
+#[derive(Debug, Clone, Default)]
+struct SeqKv {
+    /// The tokens in the KV, one per cell (the sequence's cell i holds position i when
+    /// aligned).
+    tokens: Vec<u32>,
+    /// The position each cell's K was rotated with (RoPE); see `kv.rs`.
+    cell_pos: Vec<i32>,
+}
+
+impl SeqKv {
+    /// Fails unless cell `i` holds position `i` for every cell.
+    fn check_aligned(&self) -> Result<(), EngineError> {
+        match self.cell_pos.iter().enumerate().find(|&(i, &p)| p != i as i32) {
+            Some((cell, &pos)) => Err(EngineError::KvNotAligned { cell, pos }),
+            None => Ok(()),
+        }
     }
 }

@@ -15,7 +15,7 @@ pub mod trace;
 pub use conversation::{Conversation, ConversationError, ConversationParams, Turn, TurnStats};
 pub use durable::{AtomicFile, AtomicWrite, DurableError, write_atomic};
 pub use engine::kv::KvSnapshot;
-pub use engine::{DEFAULT_UBATCH, RESERVED_OUTPUTS, Engine, EngineError, EngineParams, EngineShared, EvalInfo, NodeDump, default_threads, trace_from_env};
+pub use engine::{DEFAULT_UBATCH, RESERVED_OUTPUTS, Engine, EngineError, EngineParams, EngineShared, EvalInfo, NodeDump, SeqChunk, default_threads, trace_from_env};
 pub use rng::SampleRng;
 pub use logprobs::{TokenLogprobs, token_logprobs};
 pub use run::{GenerateError, GenerateParams, Generation, Generator, StepOutput, StopReason, generate};

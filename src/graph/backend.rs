@@ -174,6 +174,16 @@ pub fn operands<const N: usize, T: Copy>(node: &CNode, srcs: &[T]) -> Result<[T;
     <[T; N]>::try_from(srcs).map_err(|_| GraphError::OperandCount { node: node.name.clone(), expected: N, got: srcs.len() })
 }
 
+/// An attention node's operands: `[q, kv, pos]`, or `[q, kv, pos, cells]` over regions
+/// several sequences share.
+pub fn attn_operands<T: Copy>(node: &CNode, srcs: &[T]) -> Result<(T, T, T, Option<T>), GraphError> {
+    match *srcs {
+        [q, kv, pos] => Ok((q, kv, pos, None)),
+        [q, kv, pos, cells] => Ok((q, kv, pos, Some(cells))),
+        _ => Err(GraphError::OperandCount { node: node.name.clone(), expected: 4, got: srcs.len() }),
+    }
+}
+
 /// The work of one split: its graph (for the nodes' ops and metadata) and its nodes in build
 /// order. Inputs and dead nodes are not listed.
 #[derive(Debug, Clone, Copy)]

@@ -476,6 +476,31 @@ impl GraphBuilder {
         pos: NodeId,
         meta: AttnMeta,
     ) -> Result<NodeId, GraphError> {
+        self.attn_in(q, kv, pos, None, meta)
+    }
+
+    /// Attention over KV regions several sequences share: `cells` `[nt]` i32 is the cell each
+    /// token's K and V were stored at, so token `t` attends the cells of its own sequence,
+    /// `cells[t] - pos[t] ..= cells[t]` (and within its window). `src = [q, kv, pos, cells]`.
+    pub fn attn_cells(
+        &mut self,
+        q: NodeId,
+        kv: NodeId,
+        pos: NodeId,
+        cells: NodeId,
+        meta: AttnMeta,
+    ) -> Result<NodeId, GraphError> {
+        self.attn_in(q, kv, pos, Some(cells), meta)
+    }
+
+    fn attn_in(
+        &mut self,
+        q: NodeId,
+        kv: NodeId,
+        pos: NodeId,
+        cells: Option<NodeId>,
+        meta: AttnMeta,
+    ) -> Result<NodeId, GraphError> {
         let name = label("attn", Some(meta.layer));
         let q_shape = self.shape(q)?;
         let kv_node = self.node_ref(kv)?;
@@ -528,11 +553,16 @@ impl GraphBuilder {
             self.shape(pos)?[0],
         )?;
         let nt = q_shape[1];
+        let mut src = vec![q, kv, pos];
+        if let Some(cells) = cells {
+            expect_dim(&name, "cells vs tokens", nt, self.shape(cells)?[0])?;
+            src.push(cells);
+        }
         let layer = Some(meta.layer);
         self.node(NodeSpec {
             base: "attn".to_string(),
             op: Op::Attn,
-            src: vec![q, kv, pos],
+            src,
             out_shape: [width, nt, 1, 1],
             out_dtype: DType::F32,
             meta: NodeMeta::Attn(meta),

@@ -42,7 +42,7 @@ pub mod weights;
 use std::collections::VecDeque;
 
 pub use alloc::{ArenaNeed, GraphAllocator};
-pub use backend::{BackendImpl, BufRef, BufferId, BufferUsage, KvPair, KvProvider, MemoryStats, NodeWork, OutOfMemory, SplitWork, TensorRef, operands};
+pub use backend::{BackendImpl, BufRef, BufferId, BufferUsage, KvPair, KvProvider, MemoryStats, NodeWork, OutOfMemory, SplitWork, TensorRef, attn_operands, operands};
 pub use builder::{GraphBuilder, NodeSpec};
 pub use cache::{GraphCache, Prepared};
 pub use error::{GraphError, StructuralField};

@@ -83,10 +83,13 @@ pub enum Op {
     RoPE {
         style: RopeStyle,
     },
-    /// Grouped-query attention with its softmax inside the kernel; `src = [q, kv, pos]`.
+    /// Grouped-query attention with its softmax inside the kernel; `src = [q, kv, pos]`, or
+    /// `[q, kv, pos, cells]` when sequences share the KV regions (token `t` attends cells
+    /// `cells[t] - pos[t] ..= cells[t]`).
     Attn,
     // ---- KV cache (persistent regions; positions are data) ----
-    /// Writes this step's K and V rows; `src = [k, v, pos]`.
+    /// Writes this step's K and V rows; `src = [k, v, cells]` (the positions when one sequence
+    /// owns the regions: cell = position).
     KvcacheStore {
         layer: usize,
     },

@@ -27,8 +27,13 @@ impl GraphType {
 /// Context parameters that change the graph. Every field is part of the reuse identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CParams {
-    /// Rows of every persistent KV region.
+    /// Rows of every persistent KV region (all sequences' cells together).
     pub n_ctx: usize,
+    /// Sequences sharing the regions, each owning `n_ctx / n_seq` consecutive cells. With more
+    /// than one the graph takes a `kv_cells` input (the cell each token's K and V go to; the
+    /// cell minus the position is where its sequence starts), so this is topology; which
+    /// sequences a pass holds, and how many, is data.
+    pub n_seq: usize,
     /// Whether a device backend (not the CPU) takes part: assignment is part of the topology,
     /// so a run that gains or loses a device must not reuse a graph planned without it. Set by
     /// the engine from the backends it enabled.

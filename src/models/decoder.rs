@@ -108,6 +108,43 @@ impl HParams {
     }
 }
 
+/// The host-filled inputs of a forward pass, declared at the head of the graph (a mid-graph
+/// input would split GPU runs).
+pub struct Inputs {
+    /// `[nt]` i32 token ids.
+    pub ids: NodeId,
+    /// `[nt]` i32: each token's position in its sequence (RoPE, the causal bound).
+    pub pos: NodeId,
+    /// `[nt]` i32: the KV cell each token's K and V go to, when several sequences share the
+    /// regions (`n_seq > 1`); with one sequence the cell is the position.
+    pub cells: Option<NodeId>,
+    /// `[n_out]` i32: the rows whose logits are wanted, when not all of them.
+    pub tail: Option<NodeId>,
+}
+
+impl Inputs {
+    pub fn declare(b: &mut GraphBuilder, p: &GraphParams) -> Inputs {
+        let nt = p.n_tokens;
+        let ids = b.input("token_ids", [nt, 1, 1, 1], DType::I32); // [nt] i32
+        let pos = b.input("positions", [nt, 1, 1, 1], DType::I32); // [nt] i32
+        let cells = (p.cparams.n_seq > 1).then(|| b.input("kv_cells", [nt, 1, 1, 1], DType::I32)); // [nt] i32
+        let tail = (p.n_out < nt).then(|| b.input("tail_ids", [p.n_out, 1, 1, 1], DType::I32)); // [n_out] i32
+        Inputs { ids, pos, cells, tail }
+    }
+
+    /// Layer `il`'s attention: K and V (rotated) stored at the tokens' cells, then `q` attends
+    /// the layer's regions (its own sequence's cells only). Returns `[n_head*hd, nt]`.
+    pub fn attend(&self, b: &mut GraphBuilder, (q, k, v): (NodeId, NodeId, NodeId), n_embd_kv: usize, meta: AttnMeta) -> Result<NodeId, GraphError> {
+        let (il, n_ctx, layout) = (meta.layer, meta.n_ctx, (meta.kv_type, meta.head_dim));
+        b.kvcache_store(il, k, v, self.cells.unwrap_or(self.pos), n_ctx, layout)?;
+        let kv = b.kvcache_load(il, n_embd_kv, n_ctx, layout);
+        match self.cells {
+            Some(cells) => b.attn_cells(q, kv, self.pos, cells, meta),
+            None => b.attn(q, kv, self.pos, meta),
+        }
+    }
+}
+
 /// The K-shift graph of a decoder: input `kv_deltas` `[n_ctx]` i32, one `kv_shift` node per
 /// layer (llama.cpp's `build_graph_shift`), each with its layer's RoPE.
 pub fn build_kv_shift(hp: &HParams, p: &GraphParams) -> Result<ComputeGraph, GraphError> {
@@ -132,20 +169,16 @@ pub fn build_decoder(
     p: &GraphParams,
     mut qkv: impl FnMut(&mut GraphBuilder, &LayerCtx) -> Result<Qkv, GraphError>,
 ) -> Result<ComputeGraph, GraphError> {
-    let nt = p.n_tokens;
     let n_ctx = p.cparams.n_ctx;
     let kv_type = p.cparams.kv_type;
     let eps = hp.rms_eps;
     let n_embd_kv = (hp.n_head_kv * hp.head_dim) as usize;
 
     let mut b = GraphBuilder::new();
-    let ids = b.input("token_ids", [nt, 1, 1, 1], DType::I32); // [nt] i32
-    let pos = b.input("positions", [nt, 1, 1, 1], DType::I32); // [nt] i32
-    // Declared at the head (a mid-graph input would split GPU runs), consumed after the last
-    // layer's attention: the rows whose logits are wanted.
-    let tail = (p.n_out < nt).then(|| b.input("tail_ids", [p.n_out, 1, 1, 1], DType::I32));
+    let inputs = Inputs::declare(&mut b, p);
+    let (pos, tail) = (inputs.pos, inputs.tail);
 
-    let mut h = b.embedding(ids, &head.tok_embd)?; // [n_embd, nt]
+    let mut h = b.embedding(inputs.ids, &head.tok_embd)?; // [n_embd, nt]
     for (il, l) in layers.iter().enumerate() {
         b.set_layer(Some(il));
         let residual = h;
@@ -154,10 +187,7 @@ pub fn build_decoder(
         let Qkv { q, k, v } = qkv(&mut b, &LayerCtx { il, normed, pos })?;
         let q = b.rope(q, pos, hp.rope_style, hp.rope_meta(il, hp.n_head as usize))?;
         let k = b.rope(k, pos, hp.rope_style, hp.rope_meta(il, hp.n_head_kv as usize))?;
-        let layout = (kv_type, hp.head_dim as usize);
-        b.kvcache_store(il, k, v, pos, n_ctx, layout)?;
-        let kv = b.kvcache_load(il, n_embd_kv, n_ctx, layout);
-        let attn = b.attn(q, kv, pos, hp.attn_meta(il, n_ctx, kv_type))?; // [n_head*hd, nt]
+        let attn = inputs.attend(&mut b, (q, k, v), n_embd_kv, hp.attn_meta(il, n_ctx, kv_type))?; // [n_head*hd, nt]
         let wo = b.matmul(attn, &l.wo, l.wo_b.as_ref())?; // [n_embd, nt]
         h = match tail {
             // G3: from here on only the n_out wanted rows are computed.

@@ -182,6 +182,7 @@ impl AppState {
         let tok = Arc::new(tok);
         let engine = EngineParams {
             n_ctx: n_ctx_slot,
+            n_seq: 1,
             n_ubatch: self.cfg.ubatch.max(1),
             memory_cap: None,
             n_threads: self.cfg.threads,

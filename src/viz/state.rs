@@ -101,6 +101,7 @@ impl VizState {
         let model = Arc::new(load_model(Arc::new(file)).map_err(|e| fail(e.to_string()))?);
         let p = EngineParams {
             n_ctx: cfg.n_ctx,
+            n_seq: 1,
             n_ubatch: crate::generate::DEFAULT_UBATCH,
             memory_cap: None,
             n_threads: cfg.threads,

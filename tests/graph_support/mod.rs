@@ -42,7 +42,7 @@ pub fn iquant_tensor(name: &str, dims: &[u64]) -> TensorInfo {
 }
 
 pub fn cparams(n_ctx: usize) -> CParams {
-    CParams { n_ctx, gpu: false, kv_type: Default::default() }
+    CParams { n_ctx, n_seq: 1, gpu: false, kv_type: Default::default() }
 }
 
 /// Prefill (`n_out = 1`) or decode params.

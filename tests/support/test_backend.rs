@@ -608,17 +608,21 @@ impl TestBackend {
             }
             Op::Attn => {
                 let pair = kv()?;
-                let [q, view, pos] = minfer::graph::operands(node, &w.srcs)?;
+                let (q, view, pos, cells) = minfer::graph::attn_operands(node, &w.srcs)?;
                 // The view operand is the layer's K region itself (the kv_load node).
                 if view.buf != pair.k.buf || view.range() != pair.k.range() {
                     return Err(GraphError::AttnKvSource { node: node.name.clone(), kv: format!("buffer {} @{}", view.buf.id.0, view.offset), layer: node.kv_layer().unwrap_or(0) });
                 }
-                disjoint_from_kv(&pair, &[q, pos, w.out])?;
+                let mut read = vec![q, pos, w.out];
+                read.extend(cells);
+                disjoint_from_kv(&pair, &read)?;
                 self.check_out_size(node, w.out)?;
                 let (q, pos, k, v) = (self.download(q)?, self.download(pos)?, self.download(pair.k)?, self.download(pair.v)?);
+                let cells = cells.map(|c| self.download(c)).transpose()?;
                 let mut dst = self.download(w.out)?;
                 let staged = StagedWeights::default();
-                exec::attention(node, &self.ctx(&staged), q.bytes(), pos.bytes(), (k.bytes(), v.bytes()), dst.bytes_mut())?;
+                let ins = (q.bytes(), pos.bytes(), cells.as_ref().map(|c| c.bytes()));
+                exec::attention(node, &self.ctx(&staged), ins, (k.bytes(), v.bytes()), dst.bytes_mut())?;
                 self.upload(w.out, dst.bytes())
             }
             Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu | Op::GeGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {

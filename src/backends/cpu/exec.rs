@@ -245,15 +245,55 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
     }
 }
 
-/// Attention: src = [q, kv_load, pos]; K and V are the layer's regions.
-pub fn attention(node: &CNode, cx: &KernelCtx, q: &[u8], pos: &[u8], (k, v): (&[u8], &[u8]), dst: &mut [u8]) -> Result<(), GraphError> {
+/// Attention: src = [q, kv_load, pos] or [q, kv_load, pos, cells]; K and V are the layer's
+/// regions. With `cells` the regions hold several sequences: each run of tokens of one
+/// sequence (same `cells[t] - pos[t]`, where the sequence's cells start) attends the regions
+/// from that cell on, exactly as the sequence alone in regions of its own.
+pub fn attention(node: &CNode, cx: &KernelCtx, (q, pos, cells): (&[u8], &[u8], Option<&[u8]>), (k, v): (&[u8], &[u8]), dst: &mut [u8]) -> Result<(), GraphError> {
+    let NodeMeta::Attn(m) = &node.meta else { return Err(wrong_meta(node, "attn")) };
+    let positions = i32s(node, pos)?;
+    let Some(cells) = cells else {
+        return attention_run(node, cx, (f32s(node, q)?, positions), (k, v), f32s_mut(node, dst)?);
+    };
+    let cells = i32s(node, cells)?;
+    let nt = positions.len();
+    if cells.len() != nt {
+        return Err(GraphError::OperandLength { node: node.name.clone(), operand: 3, expected: nt, got: cells.len() });
+    }
+    let (q, out) = (f32s(node, q)?, f32s_mut(node, dst)?);
+    let width = m.n_head * m.head_dim;
+    let rb = m.kv_type.row_bytes(m.n_embd_kv());
+    let bad_cell = |t: usize| {
+        let source = format!("token {t}: cell {} at position {} is not inside 0..{}", cells[t], positions[t], m.n_ctx).into();
+        GraphError::Kernel { node: node.name.clone(), source }
+    };
+    let mut t0 = 0;
+    while t0 < nt {
+        let start = cells[t0] - positions[t0];
+        if start < 0 || cells[t0] < 0 || cells[t0] as usize >= m.n_ctx {
+            return Err(bad_cell(t0));
+        }
+        let t1 = (t0 + 1..nt).find(|&t| cells[t] - positions[t] != start).unwrap_or(nt);
+        let from = start as usize * rb;
+        let (qs, os) = (q.get(t0 * width..t1 * width), out.get_mut(t0 * width..t1 * width));
+        let (Some(qs), Some(os), Some(ks), Some(vs)) = (qs, os, k.get(from..), v.get(from..)) else {
+            return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: nt * width, got: q.len() });
+        };
+        attention_run(node, cx, (qs, &positions[t0..t1]), (ks, vs), os)?;
+        t0 = t1;
+    }
+    Ok(())
+}
+
+/// Attention of tokens of one sequence whose cells start at the first row of `k` and `v`.
+fn attention_run(node: &CNode, cx: &KernelCtx, (q, positions): (&[f32], &[i32]), (k, v): (&[u8], &[u8]), out: &mut [f32]) -> Result<(), GraphError> {
     let NodeMeta::Attn(m) = &node.meta else { return Err(wrong_meta(node, "attn")) };
     let (k, v) = (f32s(node, k)?, f32s(node, v)?);
     let args = AttnArgs {
-        q: f32s(node, q)?,
+        q,
         k_cache: k,
         v_cache: v,
-        positions: i32s(node, pos)?,
+        positions,
         n_head: m.n_head,
         n_head_kv: m.n_head_kv,
         head_dim: m.head_dim,
@@ -261,7 +301,6 @@ pub fn attention(node: &CNode, cx: &KernelCtx, q: &[u8], pos: &[u8], (k, v): (&[
         window: m.window,
     };
     let pool = cx.pool(node)?;
-    let out = f32s_mut(node, dst)?;
     match (m.kv_type, cx.isa) {
         (KvType::F32, KernelIsa::Detected) => kernels::attention(pool, &args, out).map_err(kernel(node)),
         (KvType::F32, KernelIsa::Scalar) => kernels::attention_with(Isa::Scalar, pool, &args, out).map_err(kernel(node)),

@@ -18,7 +18,7 @@ use self::buffer::HostBuffer;
 use self::exec::{KernelCtx, KernelIsa, Operand};
 use crate::graph::{
     Backend, BackendConfig, BackendImpl, BufferId, BufferUsage, CNode, Capabilities, DType, DeviceInfo, FusedOp, GraphError,
-    MemoryStats, NodeWork, Op, OutOfMemory, SplitWork, TensorRef, Unavailable, WeightId, WeightStore, operands,
+    MemoryStats, NodeWork, Op, OutOfMemory, SplitWork, TensorRef, Unavailable, WeightId, WeightStore, attn_operands, operands,
 };
 use crate::workers::Pool;
 
@@ -260,9 +260,14 @@ impl CpuBackend {
             }
             Op::Attn => {
                 let pair = kv()?;
-                let [q, _view, pos] = operands(node, &w.srcs)?;
-                self.with_regions(node, w.out, &[q, pos, pair.k, pair.v], |cx, dst, ops| match ops {
-                    [Operand::Buf(q), Operand::Buf(pos), Operand::Buf(k), Operand::Buf(v)] => exec::attention(node, cx, q, pos, (k, v), dst),
+                let (q, _view, pos, cells) = attn_operands(node, &w.srcs)?;
+                let mut regions = vec![q, pos, pair.k, pair.v];
+                regions.extend(cells);
+                self.with_regions(node, w.out, &regions, |cx, dst, ops| match ops {
+                    [Operand::Buf(q), Operand::Buf(pos), Operand::Buf(k), Operand::Buf(v)] => exec::attention(node, cx, (q, pos, None), (k, v), dst),
+                    [Operand::Buf(q), Operand::Buf(pos), Operand::Buf(k), Operand::Buf(v), Operand::Buf(cells)] => {
+                        exec::attention(node, cx, (q, pos, Some(cells)), (k, v), dst)
+                    }
                     _ => Err(GraphError::KvAliased { node: node.name.clone() }),
                 })
             }

@@ -15,7 +15,7 @@ use super::exec::{self, DevWeight, Launcher, Region};
 use super::graphs::{GraphCache, Plan};
 use crate::graph::{
     Backend, BackendImpl, BufferId, BufferUsage, CNode, FusedOp, GraphError, MemoryStats, NodeMeta, NodeWork, Op, OutOfMemory, SplitWork, TensorRef,
-    WeightId, WeightStore, operands,
+    WeightId, WeightStore, attn_operands, operands,
 };
 
 /// The handle this backend's tensors carry.
@@ -187,14 +187,16 @@ impl CudaBackend {
             }
             Op::Attn => {
                 let pair = kv()?;
-                let [q, _view, pos] = operands(node, &srcs)?;
-                if [w.srcs[0], w.srcs[2], pair.k, pair.v].iter().any(|t| t.overlaps(&w.out)) {
+                let (q, _view, pos, cells) = attn_operands(node, &srcs)?;
+                let mut read = vec![w.srcs[0], w.srcs[2], pair.k, pair.v];
+                read.extend(w.srcs.get(3));
+                if read.iter().any(|t| t.overlaps(&w.out)) {
                     return Err(GraphError::KvAliased { node: node.name.clone() });
                 }
                 let (k, v) = (self.region(pair.k)?, self.region(pair.v)?);
                 let NodeMeta::Attn(m) = &node.meta else { return Err(GraphError::WrongMeta { node: node.name.clone(), expected: "attn", found: node.meta.kind_name() }) };
                 let scratch = self.ensure_scratch(exec::attn_scratch_bytes(m, pos.bytes / 4))?;
-                self.launcher(Some(scratch)).attention(node, q, pos, (k, v), out)
+                self.launcher(Some(scratch)).attention(node, (q, pos, cells), (k, v), out)
             }
             Op::Add | Op::Mul | Op::Silu | Op::SwiGLU | Op::Scale { .. } | Op::Gelu | Op::GeGLU | Op::RmsNorm { .. } | Op::QkNorm { .. } | Op::MatMul | Op::GetRows | Op::RoPE { .. } => {
                 // Operands either are the output region (in place) or do not touch it.

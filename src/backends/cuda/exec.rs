@@ -355,10 +355,16 @@ impl Launcher<'_> {
     /// Attention: `q` `[nt][n_head * head_dim]`, positions `[nt]`, the layer's K and V regions;
     /// split over the cells ([`attn_split`]) into the scratch, then combined, for tokens in
     /// groups of [`ATTN_TOKEN_GROUP`].
-    pub fn attention(&mut self, node: &CNode, q: Region, pos: Region, (k, v): (Region, Region), out: Region) -> Result<(), GraphError> {
+    /// With `cells` (regions several sequences share) token `t` attends its own sequence's
+    /// cells, which start at `cells[t] - pos[t]`.
+    pub fn attention(&mut self, node: &CNode, (q, pos, cells): (Region, Region, Option<Region>), (k, v): (Region, Region), out: Region) -> Result<(), GraphError> {
         let NodeMeta::Attn(m) = &node.meta else { return Err(wrong_meta(node, "attn")) };
         let width = m.n_head * m.head_dim;
         let nt = pos.bytes / 4;
+        let cells = cells.unwrap_or(pos);
+        if cells.bytes != pos.bytes {
+            return Err(GraphError::OperandLength { node: node.name.clone(), operand: 3, expected: nt, got: cells.bytes / 4 });
+        }
         if out.f32s() != nt * width || q.f32s() != nt * width {
             return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: nt * width, got: q.f32s() });
         }
@@ -377,6 +383,7 @@ impl Launcher<'_> {
         for t0 in (0..nt).step_by(ATTN_TOKEN_GROUP) {
             let g = ATTN_TOKEN_GROUP.min(nt - t0);
             let (q_at, out_at, pos_at) = (q.ptr + (t0 * width * 4) as u64, out.ptr + (t0 * width * 4) as u64, pos.ptr + (t0 * 4) as u64);
+            let cells_at = cells.ptr + (t0 * 4) as u64;
             let warps = (g * m.n_head * n_splits) as u64;
             let shape = Launch { grid: warps.div_ceil(ATTN_WARPS as u64) as u32, block: ATTN_WARPS * 32, shared: 0 };
             let args = [
@@ -384,6 +391,7 @@ impl Launcher<'_> {
                 Arg::Ptr(k.ptr),
                 Arg::Ptr(v.ptr),
                 Arg::Ptr(pos_at),
+                Arg::Ptr(cells_at),
                 Arg::Ptr(part.ptr),
                 Arg::I32(g as i32),
                 Arg::I32(m.n_head as i32),

@@ -1,4 +1,4 @@
-//! Editing the KV of an [`Engine`] in place: removing cells and moving positions, as llama.cpp's
+//! Editing the KV of an [`Engine`]'s sequence 0 in place: removing cells and moving positions, as llama.cpp's
 //! `seq_rm` / `seq_add`, for context shift and for re-using a common prefix.
 //!
 //! The KV is a run of cells `0..n_past`; cell `i` holds the K and V rows of `tokens[i]`, and
@@ -21,14 +21,6 @@ use crate::backends::cpu::kernels::kv_cache::decode_row;
 use crate::graph::KvType;
 
 impl Engine {
-    /// Fails unless cell `i` holds position `i` for every cell.
-    pub(super) fn check_aligned(&self) -> Result<(), EngineError> {
-        match self.cell_pos.iter().enumerate().find(|&(i, &p)| p != i as i32) {
-            Some((cell, &pos)) => Err(EngineError::KvNotAligned { cell, pos }),
-            None => Ok(()),
-        }
-    }
-
     /// Bytes of every layer's K and V regions (the whole context, used or not).
     pub fn kv_bytes(&self) -> usize {
         let h = self.model.hparams();
@@ -36,9 +28,9 @@ impl Engine {
         2 * h.n_layer as usize * per_region
     }
 
-    /// The position each cell's K is rotated with.
+    /// The position each cell of sequence 0 has its K rotated with.
     pub fn kv_positions(&self) -> &[i32] {
-        &self.cell_pos
+        &self.seqs[0].cell_pos
     }
 
     /// Removes cells `p0..p1`; the cells after them move down to `p0..` (keeping their K
@@ -61,8 +53,8 @@ impl Engine {
                 return Err(e.into());
             }
         }
-        self.tokens.drain(p0..p1);
-        self.cell_pos.drain(p0..p1);
+        self.seqs[0].tokens.drain(p0..p1);
+        self.seqs[0].cell_pos.drain(p0..p1);
         Ok(())
     }
 
@@ -72,7 +64,7 @@ impl Engine {
         if p0 > p1 || p1 > n_past {
             return Err(EngineError::KvRange { p0, p1, n_past });
         }
-        if self.cell_pos[p0..p1].iter().any(|&p| p + delta < 0) {
+        if self.seqs[0].cell_pos[p0..p1].iter().any(|&p| p + delta < 0) {
             return Err(EngineError::KvShiftBelowZero { p0, p1, delta });
         }
         if p0 == p1 || delta == 0 {
@@ -87,7 +79,7 @@ impl Engine {
             self.reset();
             return Err(e.into());
         }
-        self.cell_pos[p0..p1].iter_mut().for_each(|p| *p += delta);
+        self.seqs[0].cell_pos[p0..p1].iter_mut().for_each(|p| *p += delta);
         Ok(())
     }
 
@@ -157,14 +149,14 @@ impl Engine {
             alloc.read_kv(layer, true, 0, &mut v)?;
             layers.push((k, v));
         }
-        Ok(KvSnapshot { tokens: self.tokens.clone(), positions: self.cell_pos.clone(), kv_type, row_bytes: rb, layers })
+        Ok(KvSnapshot { tokens: self.seqs[0].tokens.clone(), positions: self.seqs[0].cell_pos.clone(), kv_type, row_bytes: rb, layers })
     }
 
     /// Replaces the KV with `snap` (taken from an engine of the same model, any context size
     /// that holds it). Nothing changes when it does not fit.
     pub fn kv_restore(&mut self, snap: &KvSnapshot) -> Result<(), EngineError> {
         let n = snap.tokens.len();
-        let n_ctx = self.cparams.n_ctx;
+        let n_ctx = self.n_ctx_seq;
         let bad = |why: String| Err(EngineError::Kv(why));
         if n > n_ctx {
             return Err(EngineError::ContextFull { n_past: 0, n_tokens: n, n_ctx });
@@ -197,8 +189,8 @@ impl Engine {
             self.reset();
             return Err(e.into());
         }
-        self.tokens = snap.tokens.clone();
-        self.cell_pos = snap.positions.clone();
+        self.seqs[0].tokens = snap.tokens.clone();
+        self.seqs[0].cell_pos = snap.positions.clone();
         Ok(())
     }
 }

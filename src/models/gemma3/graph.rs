@@ -13,8 +13,8 @@
 //! norms are the plain weighted RMSNorm.
 
 use crate::gguf::{GgufFile, TensorInfo};
-use crate::graph::{ComputeGraph, DType, GraphBuilder, GraphError, GraphParams, NodeId};
-use crate::models::decoder::{Head, tensor};
+use crate::graph::{ComputeGraph, GraphBuilder, GraphError, GraphParams, NodeId};
+use crate::models::decoder::{Head, Inputs, tensor};
 use crate::models::{HParams, ModelDef, ModelError};
 
 #[derive(Debug, Clone)]
@@ -85,7 +85,6 @@ impl ModelDef for Gemma3 {
 
     fn build_graph(&self, p: &GraphParams) -> Result<ComputeGraph, GraphError> {
         let hp = &self.hp;
-        let nt = p.n_tokens;
         let n_ctx = p.cparams.n_ctx;
         let kv_type = p.cparams.kv_type;
         let eps = hp.rms_eps;
@@ -94,11 +93,10 @@ impl ModelDef for Gemma3 {
         let n_embd_kv = nk * hd;
 
         let mut b = GraphBuilder::new();
-        let ids = b.input("token_ids", [nt, 1, 1, 1], DType::I32); // [nt] i32
-        let pos = b.input("positions", [nt, 1, 1, 1], DType::I32); // [nt] i32
-        let tail = (p.n_out < nt).then(|| b.input("tail_ids", [p.n_out, 1, 1, 1], DType::I32));
+        let inputs = Inputs::declare(&mut b, p);
+        let (pos, tail) = (inputs.pos, inputs.tail);
 
-        let embd = b.embedding(ids, &self.head.tok_embd)?; // [n_embd, nt]
+        let embd = b.embedding(inputs.ids, &self.head.tok_embd)?; // [n_embd, nt]
         let mut inp = b.scale(embd, (hp.n_embd as f32).sqrt())?;
         b.rename(inp, "inp_scaled")?;
         for (il, l) in self.layers.iter().enumerate() {
@@ -118,11 +116,8 @@ impl ModelDef for Gemma3 {
             let k = b.rope(k, pos, hp.rope_style, hp.rope_meta(il, nk))?;
             let q = b.scale(q, self.q_scale)?;
             b.rename(q, "Qcur_scaled")?;
-            let layout = (kv_type, hd);
-            b.kvcache_store(il, k, v, pos, n_ctx, layout)?;
-            let kv = b.kvcache_load(il, n_embd_kv, n_ctx, layout);
             let meta = crate::graph::AttnMeta { scale: 1.0, ..hp.attn_meta(il, n_ctx, kv_type) };
-            let attn = b.attn(q, kv, pos, meta)?; // [nh*hd, nt]
+            let attn = inputs.attend(&mut b, (q, k, v), n_embd_kv, meta)?; // [nh*hd, nt]
             let mut wo = b.matmul(attn, &l.wo, None)?; // [n_embd, nt]
             if let (Some(tail), true) = (tail, il + 1 == self.layers.len()) {
                 // G3: from here on only the n_out wanted rows are computed.

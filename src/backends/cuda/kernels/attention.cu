@@ -13,6 +13,11 @@
 // that hold none of the rest are empty. head_dim <= 256. A position outside 0..n_ctx attends nothing and gives NaNs (0 / 0), never a
 // read outside the region.
 //
+// Sequences sharing the regions: token t's K and V are at cell cells[t], so its sequence's cells
+// start at cells[t] - pos[t], and it attends those, positions 0..=pos[t] (`cells` is `pos`
+// itself when one sequence owns the regions). Splits are in positions, so a token's splits are
+// the same wherever its sequence's cells start.
+//
 // Partials: part[((t * n_head + h) * n_splits + s) * (head_dim + 2)] = running max, running sum,
 // then head_dim unnormalized accumulators.
 #include "quants.cuh"
@@ -28,7 +33,7 @@ __device__ __forceinline__ i64 sizeof_row_q8_0(int width) { return (i64)(width /
 
 #define ATTN_SPLIT(T)                                                                              \
     extern "C" __global__ void attn_split_##T(const float *q, const u8 *k, const u8 *v, const i32 *pos, \
-                                              float *part, int n_tokens, int n_head, int n_head_kv,  \
+                                              const i32 *cells, float *part, int n_tokens, int n_head, int n_head_kv,  \
                                               int head_dim, float scale, i64 q_stride, int rotate,   \
                                               int n_ctx, int chunk, int n_splits, int window) {      \
         __shared__ float qs_all[ATTN_WARPS][MAX_HD];                                               \
@@ -43,7 +48,8 @@ __device__ __forceinline__ i64 sizeof_row_q8_0(int width) { return (i64)(width /
         const int width = n_head_kv * head_dim;                                                    \
         const i64 row_bytes = sizeof_row_##T(width);                                               \
         float *p = part + item * (head_dim + 2);                                                   \
-        const int n_cells = pos[t] >= 0 && pos[t] < n_ctx ? pos[t] + 1 : 0;                        \
+        const i64 start = (i64)cells[t] - pos[t];                                                  \
+        const int n_cells = pos[t] >= 0 && start >= 0 && cells[t] < n_ctx ? pos[t] + 1 : 0;        \
         const int first = window > 0 ? max(0, n_cells - window) : 0;                               \
         const int lo = max(s * chunk, first), hi = min(n_cells, s * chunk + chunk);                \
         if (hi <= lo) {                                                                            \
@@ -64,14 +70,14 @@ __device__ __forceinline__ i64 sizeof_row_q8_0(int width) { return (i64)(width /
         for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.0f;                                          \
         float m = NEG_INF, l = 0.0f;                                                               \
         for (int j = lo; j < hi; ++j) {                                                            \
-            const u8 *krow = k + (i64)j * row_bytes;                                               \
+            const u8 *krow = k + (start + j) * row_bytes;                                          \
             float sc = 0.0f;                                                                       \
             for (int d = lane; d < head_dim; d += WARP) sc += qs[d] * dq_##T(krow, hk * head_dim + d); \
             sc = warp_sum(sc) * scale;                                                             \
             const float m_new = fmaxf(m, sc);                                                      \
             const float corr = expf(m - m_new), e = expf(sc - m_new);                              \
             l = l * corr + e;                                                                      \
-            const u8 *vrow = v + (i64)j * row_bytes;                                               \
+            const u8 *vrow = v + (start + j) * row_bytes;                                          \
             for (int i = 0, d = lane; d < head_dim; ++i, d += WARP)                                \
                 acc[i] = acc[i] * corr + e * dq_##T(vrow, hk * head_dim + d);                      \
             m = m_new;                                                                             \
