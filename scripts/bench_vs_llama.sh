@@ -65,14 +65,15 @@ vnni="$(has avx_vnni)"
 build="$cache/build-avx512$avx512-vnni$vnni512-vbmi$vbmi-bf16$bf16-avxvnni$vnni"
 bench="$build/bin/llama-bench"
 quantize="$build/bin/llama-quantize"
-if [ ! -x "$bench" ] || [ ! -x "$quantize" ]; then
-    echo "bench_vs_llama.sh: building llama-bench, llama-quantize in $build"
+batched_bench="$build/bin/llama-batched-bench"
+if [ ! -x "$bench" ] || [ ! -x "$quantize" ] || [ ! -x "$batched_bench" ]; then
+    echo "bench_vs_llama.sh: building llama-bench, llama-batched-bench, llama-quantize in $build"
     "$venv/bin/cmake" -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF \
         -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512="$avx512" -DGGML_AVX512_VNNI="$vnni512" \
         -DGGML_AVX512_VBMI="$vbmi" -DGGML_AVX512_BF16="$bf16" -DGGML_AVX_VNNI="$vnni" \
         -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF >"$cache/cmake.log"
-    make -C "$build" -j"$(nproc)" llama-bench llama-quantize >"$cache/make.log"
+    make -C "$build" -j"$(nproc)" llama-bench llama-batched-bench llama-quantize >"$cache/make.log"
 fi
 # MINFER_LLAMA_BUILD_ONLY=1: stop here (other scripts use the build, e.g. llama-quantize).
 [ -z "${MINFER_LLAMA_BUILD_ONLY:-}" ] || { echo "$build/bin"; exit 0; }

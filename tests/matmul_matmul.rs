@@ -166,11 +166,12 @@ fn bit_identical_for_1_2_and_3_threads() {
 }
 
 #[test]
-fn batch_of_7_equals_7_single_tokens() {
+fn batches_equal_single_tokens_on_both_sides_of_the_tile_threshold() {
     let pool = Pool::new(2).unwrap();
     let mut rng = Rng(0xabcd_0003);
-    let nt = 7;
-    for ty in WEIGHT_TYPES {
+    let min = minfer::backends::cpu::kernels::matmul::TILE_MIN_TOKENS;
+    // Below the threshold every element is a dot; from it on the tile kernels run.
+    for (nt, ty) in [min - 1, min + 1].into_iter().flat_map(|nt| WEIGHT_TYPES.into_iter().map(move |ty| (nt, ty))) {
         let cols = cols_for(ty);
         // 48: the many-token tile kernels (rows a multiple of 16) where the ISA has them.
         for rows in [1, 37, 3 * minfer::backends::cpu::kernels::matmul::ROW_TILE + 1, 24, 48] {
@@ -190,7 +191,7 @@ fn batch_of_7_equals_7_single_tokens() {
                         .chunks(cols)
                         .flat_map(|xt| bits(&run(&pool, &w, xt, b, isa)))
                         .collect();
-                    assert_eq!(batch, single, "{ty} {isa} rows {rows} bias {}", b.is_some());
+                    assert_eq!(batch, single, "{ty} {isa} rows {rows} tokens {nt} bias {}", b.is_some());
                 }
             }
         }

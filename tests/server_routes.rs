@@ -19,6 +19,7 @@ fn config(api_key: Option<&str>) -> ServeConfig {
         host: "127.0.0.1".into(),
         port: 0,
         slots: 2,
+        batch: true,
         ctx_total: Some(512),
         threads: 1,
         queue: 4,

@@ -82,6 +82,11 @@ impl EngineArgs {
 
     /// An engine for `file`, with a context of at least `min_ctx` tokens.
     pub fn engine(&self, file: Arc<GgufFile>, min_ctx: usize) -> Result<Engine, CliError> {
+        self.engine_seqs(file, min_ctx, 1)
+    }
+
+    /// [`EngineArgs::engine`] whose KV holds `n_seq` sequences of the context each.
+    pub fn engine_seqs(&self, file: Arc<GgufFile>, min_ctx: usize, n_seq: usize) -> Result<Engine, CliError> {
         super::progress::load_with_bar(&file);
         let model = Arc::new(load_model(file)?);
         let train = model.hparams().n_ctx_train as usize;
@@ -95,7 +100,7 @@ impl EngineArgs {
         }
         let p = EngineParams {
             n_ctx,
-            n_seq: 1,
+            n_seq,
             n_ubatch: self.ubatch.unwrap_or(crate::generate::DEFAULT_UBATCH),
             memory_cap: None,
             n_threads: self.threads.unwrap_or_else(default_threads).max(1),

@@ -1,6 +1,7 @@
 //! Command-line interface: argument definitions and the subcommands behind them.
 
 mod bench;
+mod bench_batched;
 mod chat;
 mod draft_args;
 mod dump;
@@ -244,6 +245,11 @@ pub enum Command {
         /// Output: a markdown table or a JSON array.
         #[arg(short = 'o', long = "output", value_enum, default_value = "md")]
         output: bench::BenchOutput,
+        /// Batched decoding, as llama-batched-bench measures it: for each B in the list, B
+        /// sequences of `-p` prompt tokens are prefilled, then decoded `-n` steps of B tokens
+        /// each in one forward pass (its PP, TG, B, N_KV, T/S columns; `-d` does not apply).
+        #[arg(long = "batch", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
+        batch: Option<Vec<u32>>,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -338,8 +344,12 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
             };
             run::run(&mut out, &model, prompt, &args)
         }
-        Command::Bench { model, n_prompt, n_gen, n_depth, reps, output, engine } => {
+        Command::Bench { model, n_prompt, n_gen, n_depth, reps, output, batch, engine } => {
             let args = bench::BenchArgs { n_prompt, n_gen, n_depth, reps, output, engine: engine.resolved() };
+            if let Some(b) = batch {
+                let b: Vec<usize> = b.into_iter().map(|n| n as usize).collect();
+                return bench_batched::run(&mut out, &model, &args, &b);
+            }
             bench::run(&mut out, &model, &args)
         }
         Command::Serve(args) => serve::run(args),

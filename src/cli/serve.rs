@@ -22,7 +22,11 @@ pub struct ServeArgs {
     /// Port to listen on (0 picks a free one; the address is printed on stderr).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Requests generated at the same time; each slot has its own KV cache.
+    /// Requests generated at the same time; each slot has its own KV cells.
+    /// One forward pass per step for all slots (`on`, the default) or one per slot (`off`);
+    /// answers are the same bits either way. Default: MINFER_BATCH=0/1, else on.
+    #[arg(long = "batch", value_parser = ["on", "off"])]
+    pub batch: Option<String>,
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub slots: u32,
     /// TOTAL context in tokens, split evenly across the slots (each slot gets ctx / slots).
@@ -81,6 +85,19 @@ pub struct ServeArgs {
     pub draft: DraftArgs,
 }
 
+/// `--batch on|off`, else `MINFER_BATCH=1/0`, else on (it measures faster: docs/SERVER.md).
+fn batch_arg(arg: Option<&str>) -> Result<bool, CliError> {
+    match arg {
+        Some(v) => Ok(v == "on"),
+        None => match std::env::var("MINFER_BATCH").ok().as_deref() {
+            None | Some("") => Ok(true),
+            Some("1") => Ok(true),
+            Some("0") => Ok(false),
+            Some(_) => Err(CliError::Usage("MINFER_BATCH must be 0 or 1")),
+        },
+    }
+}
+
 pub fn run(a: ServeArgs) -> Result<(), CliError> {
     if a.ctx.is_some_and(|c| c < a.slots as usize) {
         return Err(CliError::Usage("--ctx is the total context: it must give every slot at least one token"));
@@ -93,6 +110,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         host: a.host,
         port: a.port,
         slots: a.slots as usize,
+        batch: batch_arg(a.batch.as_deref())?,
         ctx_total: a.ctx,
         threads: a.threads.unwrap_or_else(default_threads).max(1),
         queue: a.queue,

@@ -18,7 +18,7 @@ pub use engine::kv::KvSnapshot;
 pub use engine::{DEFAULT_UBATCH, RESERVED_OUTPUTS, Engine, EngineError, EngineParams, EngineShared, EvalInfo, NodeDump, SeqChunk, default_threads, trace_from_env};
 pub use rng::SampleRng;
 pub use logprobs::{TokenLogprobs, token_logprobs};
-pub use run::{GenerateError, GenerateParams, Generation, Generator, StepOutput, StopReason, generate};
+pub use run::{GenerateError, GenerateParams, Generation, Generator, NextPass, Pass, StepOutput, StopReason, generate};
 pub use sampler::{Sampler, SamplerError, SamplerParams, TokenDist, argmax, top_logits};
 pub use speculative::{DraftParams, SpecError, SpecStats, Speculator, check_vocab, generate_speculative, run_speculative};
 pub use stop::{StopOutcome, StopStrings};

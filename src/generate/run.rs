@@ -78,6 +78,31 @@ pub enum GenerateError {
     Sink(String),
 }
 
+/// The next forward pass of a generation ([`Generator::next_pass`]).
+#[derive(Debug)]
+pub enum NextPass {
+    /// Evaluate these tokens, then hand the logits to [`Generator::evaluated`].
+    Eval(Pass),
+    /// The generation ended without another pass; this is its last step.
+    Done(StepOutput),
+}
+
+/// Tokens a generation needs evaluated next, at the sequence's next positions.
+#[derive(Debug)]
+pub struct Pass {
+    pub tokens: Vec<u32>,
+    /// What the step outputs once evaluated (the sampled token of a decode step).
+    step: StepOutput,
+    prefill: bool,
+}
+
+impl Pass {
+    /// A chunk of the prompt (no token sampled).
+    pub fn is_prefill(&self) -> bool {
+        self.prefill
+    }
+}
+
 /// What one [`Generator::step`] did.
 #[derive(Debug, Clone, Default)]
 pub struct StepOutput {
@@ -110,10 +135,14 @@ impl<'t> Generator<'t> {
     /// Checks the prompt against `engine`'s free context and the sampler settings; evaluates
     /// nothing yet.
     pub fn new(engine: &Engine, tok: &'t Tokenizer, prompt: &[u32], p: &GenerateParams) -> Result<Generator<'t>, GenerateError> {
+        Generator::in_context((engine.n_past(), engine.n_ctx()), tok, prompt, p)
+    }
+
+    /// [`Generator::new`] for a sequence with `n_past` of its `n_ctx` cells in use.
+    pub fn in_context((n_past, n_ctx): (usize, usize), tok: &'t Tokenizer, prompt: &[u32], p: &GenerateParams) -> Result<Generator<'t>, GenerateError> {
         if prompt.is_empty() {
             return Err(GenerateError::EmptyPrompt);
         }
-        let (n_ctx, n_past) = (engine.n_ctx(), engine.n_past());
         if n_past + prompt.len() > n_ctx {
             return Err(GenerateError::PromptTooLong { n_prompt: prompt.len(), n_ctx, n_past });
         }
@@ -185,34 +214,67 @@ impl<'t> Generator<'t> {
     /// it. Do not call again after a step reported `finished`.
     pub fn step(&mut self, engine: &mut Engine) -> Result<StepOutput, GenerateError> {
         let t0 = Instant::now();
-        if self.prompt_left() > 0 {
-            let chunk = self.params.ubatch.unwrap_or(usize::MAX).max(1).min(self.prompt_left());
-            let part = &self.out.prompt_ids[self.prefilled..self.prefilled + chunk];
-            self.logits = engine.eval(part, 1)?;
-            self.prefilled += chunk;
-            self.out.prompt_secs += t0.elapsed().as_secs_f64();
-            return Ok(StepOutput::default());
+        match self.next_pass(engine.n_past(), engine.n_ctx(), usize::MAX)? {
+            NextPass::Done(step) => {
+                self.out.gen_secs += t0.elapsed().as_secs_f64();
+                Ok(step)
+            }
+            NextPass::Eval(pass) => {
+                let logits = engine.eval(&pass.tokens, 1)?;
+                Ok(self.evaluated(pass, logits, t0.elapsed().as_secs_f64()))
+            }
         }
-        let r = self.decode_step(engine);
-        self.out.gen_secs += t0.elapsed().as_secs_f64();
-        r
     }
 
-    fn decode_step(&mut self, engine: &mut Engine) -> Result<StepOutput, GenerateError> {
+    /// What the next forward pass of this generation is, for a caller that evaluates it itself
+    /// (a server batching several sequences into one pass): the next prefill chunk (at most
+    /// `max_chunk` tokens and the `ubatch` asked for), or the token sampled now with its
+    /// output, or the end. `n_past` and `n_ctx` are the sequence's KV use and size. Hand the
+    /// pass's logits to [`Generator::evaluated`].
+    pub fn next_pass(&mut self, n_past: usize, n_ctx: usize, max_chunk: usize) -> Result<NextPass, GenerateError> {
+        if self.prompt_left() > 0 {
+            let chunk = self.params.ubatch.unwrap_or(usize::MAX).min(max_chunk).max(1).min(self.prompt_left());
+            let tokens = self.out.prompt_ids[self.prefilled..self.prefilled + chunk].to_vec();
+            return Ok(NextPass::Eval(Pass { tokens, step: StepOutput::default(), prefill: true }));
+        }
         if self.out.generated_ids.len() >= self.params.max_tokens {
-            return Ok(self.finish(StepOutput::default(), StopReason::MaxTokens));
+            return Ok(NextPass::Done(self.finish(StepOutput::default(), StopReason::MaxTokens)));
         }
         let id = self.sampler.sample(&self.logits)?;
         let step = self.take(id)?;
         if step.finished.is_some() {
-            return Ok(step);
+            return Ok(NextPass::Done(step));
         }
-        if engine.n_past() >= engine.n_ctx() {
-            return Ok(self.finish(step, StopReason::ContextFull));
+        if n_past >= n_ctx {
+            return Ok(NextPass::Done(self.finish(step, StopReason::ContextFull)));
         }
-        self.logits = engine.eval(&[id], 1)?;
-        self.out.n_decoded += 1;
-        Ok(step)
+        Ok(NextPass::Eval(Pass { tokens: vec![id], step, prefill: false }))
+    }
+
+    /// Takes the logits of `pass`'s last token (`secs`: the time it took); returns the pass's
+    /// output (the sampled token's, for a decode step).
+    pub fn evaluated(&mut self, pass: Pass, logits: Vec<f32>, secs: f64) -> StepOutput {
+        self.logits = logits;
+        if pass.prefill {
+            self.prefilled += pass.tokens.len();
+            self.out.prompt_secs += secs;
+        } else {
+            self.out.n_decoded += 1;
+            self.out.gen_secs += secs;
+        }
+        pass.step
+    }
+
+    /// Marks the first `n` prompt tokens as already in the KV (a cached prefix); their logits
+    /// are not known, so at least one prompt token must be left to evaluate.
+    pub fn skip_cached(&mut self, n: usize) {
+        self.prefilled = self.prefilled.max(n.min(self.out.prompt_ids.len().saturating_sub(1)));
+    }
+
+    /// Prompt tokens already in the KV when the generation started (see
+    /// [`Generator::skip_cached`]) plus those evaluated since.
+    pub fn prefilled(&self) -> usize {
+        self.prefilled
     }
 
     /// The logits the next token is chosen from.

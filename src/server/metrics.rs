@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 pub struct Metrics {
     by_status: Mutex<BTreeMap<u16, u64>>,
     prompt_tokens: AtomicU64,
+    /// Prompt tokens found in a slot's KV (prompt caching) and not evaluated.
+    cached_tokens: AtomicU64,
     generated_tokens: AtomicU64,
     /// Nanoseconds of prefill and decode forward passes.
     prompt_nanos: AtomicU64,
@@ -47,6 +49,10 @@ impl Metrics {
     pub fn prompt(&self, tokens: usize, secs: f64) {
         add(&self.prompt_tokens, tokens as u64);
         add(&self.prompt_nanos, (secs * 1e9) as u64);
+    }
+
+    pub fn cached(&self, tokens: usize) {
+        add(&self.cached_tokens, tokens as u64);
     }
 
     pub fn drafted(&self, proposed: usize, accepted: usize) {
@@ -126,6 +132,7 @@ impl Metrics {
             .collect();
         metric("requests_total", "counter", "HTTP requests answered, by status.", &by_status);
         metric("prompt_tokens_total", "counter", "Prompt tokens evaluated.", &one(load(&self.prompt_tokens).to_string()));
+        metric("prompt_cached_tokens_total", "counter", "Prompt tokens taken from a slot's KV (prompt caching), not evaluated.", &one(load(&self.cached_tokens).to_string()));
         metric("generated_tokens_total", "counter", "Tokens generated.", &one(load(&self.generated_tokens).to_string()));
         metric("draft_tokens_total", "counter", "Tokens proposed by the draft model (speculative decoding).", &one(load(&self.draft_tokens).to_string()));
         metric("draft_accepted_total", "counter", "Draft tokens the model accepted.", &one(load(&self.draft_accepted).to_string()));

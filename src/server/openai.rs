@@ -139,6 +139,7 @@ async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: A
         deadline,
         timeout_secs: timeout,
         inject_panic,
+        cache_prompt: p.opts.cache_prompt,
         ticket,
     })?;
     let meta = Meta { id: new_id(api), created: unix_now(), model: m.model_id.clone(), api };

@@ -24,7 +24,7 @@ pub const MAX_TOP_LOGPROBS: i64 = 20;
 const GEN_FIELDS: &[&str] = &[
     "model", "user", "n", "max_tokens", "max_completion_tokens", "temperature", "top_k", "top_p", "min_p",
     "repeat_penalty", "presence_penalty", "frequency_penalty", "repeat_last_n", "seed", "logit_bias", "stream",
-    "stream_options", "logprobs", "top_logprobs", "stop",
+    "stream_options", "logprobs", "top_logprobs", "stop", "cache_prompt",
 ];
 /// The fields only `/v1/chat/completions` reads.
 const CHAT_FIELDS: &[&str] = &["messages", "tools", "tool_choice", "response_format", "chat_template_kwargs"];
@@ -61,6 +61,9 @@ pub struct GenOptions {
     pub include_usage: bool,
     /// Log-probabilities of each token and of this many alternatives.
     pub n_probs: Option<usize>,
+    /// llama-server's `cache_prompt`: start from the slot's KV that shares the longest prefix
+    /// with this prompt and evaluate only the rest (answers are the same either way).
+    pub cache_prompt: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -183,6 +186,7 @@ fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOp
     // A ban (-inf) is fine; validate() refuses NaN and +inf, which the reader cannot produce.
     sampler.validate().map_err(|e| ApiError::param("sampling", e.to_string()))?;
     let stream = f.bool("stream")?.unwrap_or(false);
+    let cache_prompt = f.bool("cache_prompt")?.unwrap_or(true);
     let include_usage = match f.object("stream_options")? {
         None => false,
         Some(_) if !stream => return Err(ApiError::param("stream_options", "is only allowed when 'stream' is true")),
@@ -207,6 +211,7 @@ fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOp
         stream,
         include_usage,
         n_probs,
+        cache_prompt,
     })
 }
 

@@ -108,11 +108,14 @@ fn finish_reason(f: &Finished, calls: &[ToolCall]) -> &'static str {
     if calls.is_empty() { f.finish_reason() } else { "tool_calls" }
 }
 
+/// OpenAI's usage; `prompt_tokens_details.cached_tokens` counts the prompt tokens taken from the
+/// slot's KV instead of being evaluated (prompt caching).
 pub fn usage(f: &Finished) -> Json {
     json!({
         "prompt_tokens": f.prompt_tokens,
         "completion_tokens": f.completion_tokens,
         "total_tokens": f.prompt_tokens + f.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": f.cached_tokens},
     })
 }
 
@@ -120,7 +123,8 @@ pub fn usage(f: &Finished) -> Json {
 fn timings(f: &Finished) -> Json {
     let per_s = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
     json!({
-        "prompt_n": f.prompt_tokens,
+        "prompt_n": f.prompt_tokens - f.cached_tokens,
+        "cache_n": f.cached_tokens,
         "prompt_ms": f.prompt_secs * 1e3,
         "prompt_per_second": per_s(f.prompt_tokens, f.prompt_secs),
         "predicted_n": f.completion_tokens,

@@ -1,8 +1,12 @@
-//! A slot: one [`Engine`] (its own `GraphCache`, so its own KV) and the request it serves.
+//! A slot: one sequence of KV and the request it serves. The sequence is either the slot's own
+//! in the server's shared engine ([`SlotKv::Seq`], which lets one forward pass hold several
+//! slots) or, with a draft model, an engine of the slot's own ([`SlotKv::Own`]).
 //!
-//! A slot is reset when it takes a request, so no request can observe another's KV. Every
-//! forward pass runs under `catch_unwind`: a panic answers the request with a 500, and the
-//! slot's engine is rebuilt so the next request starts from a clean graph cache.
+//! When a slot takes a request it keeps the longest prefix its KV shares with the prompt
+//! (prompt caching) and forgets the rest, so no request observes another's KV beyond tokens
+//! that are the same as its own, and its answer is the same bits as from an empty KV. Every
+//! step of a slot runs under `catch_unwind`: a panic answers the request with a 500, and the
+//! engine it ran on is rebuilt (see `scheduler.rs`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
@@ -12,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::admission::Ticket;
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::generate::{Engine, GenerateError, GenerateParams, Generator, Speculator, StopReason, TokenLogprobs};
+use crate::generate::{Engine, GenerateError, GenerateParams, Generator, NextPass, Pass, Speculator, StepOutput, StopReason, TokenLogprobs};
 use crate::http::panic_text;
 use crate::tokenizer::Tokenizer;
 
@@ -24,8 +28,10 @@ pub struct Job {
     /// `--timeout` from the request's arrival.
     pub deadline: Option<Instant>,
     pub timeout_secs: u64,
-    /// Test lever (`MINFER_INJECT_PANIC`): the first forward pass panics.
+    /// Test lever (`MINFER_INJECT_PANIC`): the request's forward passes panic.
     pub inject_panic: bool,
+    /// Start from the slot's KV prefix shared with the prompt (`cache_prompt`).
+    pub cache_prompt: bool,
     pub ticket: Ticket,
 }
 
@@ -49,6 +55,8 @@ pub struct TokenEvent {
 pub struct Finished {
     pub reason: StopReason,
     pub prompt_tokens: usize,
+    /// Prompt tokens found in the slot's KV, not evaluated.
+    pub cached_tokens: usize,
     pub completion_tokens: usize,
     pub prompt_secs: f64,
     pub gen_secs: f64,
@@ -67,13 +75,24 @@ impl Finished {
 struct Task<'t> {
     job: Job,
     generator: Generator<'t>,
+    /// Prompt tokens taken from the KV.
+    cached: usize,
+}
+
+/// Where a slot's KV lives.
+pub enum SlotKv {
+    /// Sequence `n` of the server's shared engine.
+    Seq(usize),
+    /// An engine of its own, and its draft engine when the server speculates (`--draft`).
+    Own(Box<Engine>, Option<Speculator>),
 }
 
 pub struct Slot<'t> {
-    engine: Engine,
-    /// The slot's draft engine when the server speculates (`--draft`).
-    spec: Option<Speculator>,
+    pub kv: SlotKv,
     task: Option<Task<'t>>,
+    /// When the slot last took a request (a round number; the least recently used free slot
+    /// wins a tie of cached prefixes).
+    pub last_used: u64,
 }
 
 impl Job {
@@ -100,27 +119,68 @@ impl Job {
     }
 }
 
+/// The tokens `kv` holds (`shared`: the server's shared engine).
+pub fn kv_tokens<'a>(kv: &'a SlotKv, shared: Option<&'a Engine>) -> &'a [u32] {
+    match kv {
+        SlotKv::Seq(s) => shared.and_then(|e| e.seq_tokens(*s)).unwrap_or(&[]),
+        SlotKv::Own(e, _) => e.tokens(),
+    }
+}
+
+/// How many leading tokens `a` and `b` share.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
 impl<'t> Slot<'t> {
-    pub fn new(engine: Engine, spec: Option<Speculator>) -> Slot<'t> {
-        Slot { engine, spec, task: None }
+    pub fn new(kv: SlotKv) -> Slot<'t> {
+        Slot { kv, task: None, last_used: 0 }
     }
 
     pub fn busy(&self) -> bool {
         self.task.is_some()
     }
 
-    /// Takes a request: the KV is forgotten, the prompt checked against the slot's context.
-    pub fn start(&mut self, tok: &'t Tokenizer, job: Job) {
-        self.engine.reset();
-        let (engine, spec) = (&self.engine, &mut self.spec);
+    /// Still evaluating its prompt.
+    pub fn prefilling(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| t.generator.prompt_left() > 0)
+    }
+
+    /// The request's test lever.
+    pub fn inject_panic(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| t.job.inject_panic)
+    }
+
+    /// Takes a request: the KV keeps the prefix it shares with the prompt (when the request
+    /// caches, and one token short of the whole prompt, whose last logits are needed), the
+    /// rest is forgotten; the prompt is checked against the slot's context.
+    pub fn start(&mut self, tok: &'t Tokenizer, job: Job, shared: Option<&mut Engine>, round: u64, metrics: &Metrics) {
+        self.last_used = round;
+        let (engine, seq, spec): (&mut Engine, usize, Option<&mut Speculator>) = match (&mut self.kv, shared) {
+            (SlotKv::Own(e, spec), _) => (e, 0, spec.as_mut()),
+            (SlotKv::Seq(s), Some(e)) => (e, *s, None),
+            (SlotKv::Seq(_), None) => return job.fail(ApiError::Internal("no engine for the slot's sequence".into())),
+        };
         let made = catch_unwind(AssertUnwindSafe(|| {
+            // A draft engine holds its own copy of the context: with one, start empty.
+            let cached = match (job.cache_prompt, &spec) {
+                (true, None) => common_prefix(engine.seq_tokens(seq).unwrap_or(&[]), &job.prompt).min(job.prompt.len().saturating_sub(1)),
+                _ => 0,
+            };
+            engine.seq_truncate(seq, cached).map_err(GenerateError::from)?;
             if let Some(s) = spec {
                 s.begin(&job.params.sampler).map_err(|e| GenerateError::Sink(e.to_string()))?;
             }
-            Generator::new(engine, tok, &job.prompt, &job.params)
+            // The cached prefix is part of the prompt: the whole prompt must fit.
+            let mut generator = Generator::in_context((0, engine.n_ctx()), tok, &job.prompt, &job.params)?;
+            generator.skip_cached(cached);
+            Ok((generator, cached))
         }));
         match made {
-            Ok(Ok(generator)) => self.task = Some(Task { job, generator }),
+            Ok(Ok((generator, cached))) => {
+                metrics.cached(cached);
+                self.task = Some(Task { job, generator, cached });
+            }
             Ok(Err(GenerateError::PromptTooLong { n_prompt, n_ctx, .. })) => {
                 job.fail(ApiError::ExceedContext { n_prompt_tokens: n_prompt, n_ctx })
             }
@@ -129,25 +189,70 @@ impl<'t> Slot<'t> {
         }
     }
 
-    /// One forward pass of the slot's request (with a draft model: one speculative round once
-    /// the prompt is in), unless its client left or its time ran out. `rebuild` makes fresh
-    /// engines after a panic.
-    pub fn step(&mut self, metrics: &Metrics, rebuild: &dyn Fn() -> Option<(Engine, Option<Speculator>)>) {
-        let Some(task) = self.task.as_mut() else { return };
+    /// Ends the request if its client left or its time ran out; true if the slot still works.
+    pub fn still_wanted(&mut self, metrics: &Metrics) -> bool {
+        let Some(task) = self.task.as_ref() else { return false };
         if task.job.abandoned() {
             metrics.cancelled();
             self.task = None;
-            return;
+            return false;
         }
         if task.job.expired(Instant::now()) {
             metrics.timed_out();
             let secs = task.job.timeout_secs;
             self.end(Event::Failed(ApiError::Timeout { secs }));
-            return;
+            return false;
         }
+        true
+    }
+
+    /// The slot's next pass, its tokens at most `max_chunk` (`n_past` and `n_ctx`: its
+    /// sequence's KV). `None`: nothing to evaluate (idle, or the request just ended).
+    pub fn plan(&mut self, (n_past, n_ctx): (usize, usize), max_chunk: usize, metrics: &Metrics) -> Option<Pass> {
+        let task = self.task.as_mut()?;
+        let next = catch_unwind(AssertUnwindSafe(|| task.generator.next_pass(n_past, n_ctx, max_chunk)));
+        match next {
+            Ok(Ok(NextPass::Eval(pass))) => Some(pass),
+            Ok(Ok(NextPass::Done(step))) => {
+                // A token sampled without a pass after it (the last one) is generated too.
+                if step.token.is_some() {
+                    metrics.generated(1, 0.0);
+                }
+                self.deliver(vec![step]);
+                None
+            }
+            Ok(Err(e)) => {
+                self.end(Event::Failed(ApiError::Internal(e.to_string())));
+                None
+            }
+            Err(panic) => {
+                self.end(Event::Failed(ApiError::Internal(format!("inference panicked: {}", panic_text(&*panic)))));
+                None
+            }
+        }
+    }
+
+    /// Takes the logits of the slot's pass (`secs`: how long the pass took) and reports what
+    /// it produced.
+    pub fn evaluated(&mut self, pass: Pass, logits: Vec<f32>, secs: f64, metrics: &Metrics) {
+        let Some(task) = self.task.as_mut() else { return };
+        let (prefill, n) = (pass.is_prefill(), pass.tokens.len());
+        let step = task.generator.evaluated(pass, logits, secs);
+        if prefill {
+            metrics.prompt(n, secs);
+        } else {
+            metrics.generated(1, secs);
+        }
+        self.deliver(vec![step]);
+    }
+
+    /// One step of a slot with an engine of its own (a prefill chunk or one token; with a draft
+    /// model, one speculative round once the prompt is in). A panic fails the request and
+    /// makes its engines anew with `rebuild`.
+    pub fn step_own(&mut self, metrics: &Metrics, rebuild: &dyn Fn() -> Option<(Engine, Option<Speculator>)>) {
+        let (Some(task), SlotKv::Own(engine, spec)) = (self.task.as_mut(), &mut self.kv) else { return };
         let prompt_left = task.generator.prompt_left();
         let t0 = Instant::now();
-        let (engine, spec) = (&mut self.engine, &mut self.spec);
         let before = spec.as_ref().map(|s| s.stats()).unwrap_or_default();
         let result = catch_unwind(AssertUnwindSafe(|| {
             if task.job.inject_panic {
@@ -170,34 +275,50 @@ impl<'t> Slot<'t> {
                 if let Some(after) = spec.as_ref().map(|s| s.stats()) {
                     metrics.drafted(after.drafted - before.drafted, after.accepted - before.accepted);
                 }
-                for step in steps {
-                    if let Some(id) = step.token {
-                        task.job.send(Event::Token(TokenEvent { id, text: step.text, logprobs: step.logprobs }));
-                    }
-                    if let Some(reason) = step.finished {
-                        let g = task.generator.generation();
-                        let done = Finished {
-                            reason,
-                            prompt_tokens: g.prompt_ids.len(),
-                            completion_tokens: g.generated_ids.len(),
-                            prompt_secs: g.prompt_secs,
-                            gen_secs: g.gen_secs,
-                        };
-                        self.end(Event::Done(done));
-                        break;
-                    }
-                }
+                self.deliver(steps);
             }
             Ok(Err(e)) => self.end(Event::Failed(ApiError::Internal(e))),
             Err(panic) => {
-                metrics.panicked();
                 let what = panic_text(&*panic);
-                eprintln!("minfer serve: inference panicked: {what}; the slot's engines are rebuilt");
+                self.panicked(metrics, &what);
                 if let Some((fresh, fresh_spec)) = rebuild() {
-                    self.engine = fresh;
-                    self.spec = fresh_spec;
+                    self.kv = SlotKv::Own(Box::new(fresh), fresh_spec);
                 }
-                self.end(Event::Failed(ApiError::Internal(format!("inference panicked: {what}"))));
+            }
+        }
+    }
+
+    /// Fails the request after a panic in its forward pass.
+    pub fn panicked(&mut self, metrics: &Metrics, what: &str) {
+        metrics.panicked();
+        eprintln!("minfer serve: inference panicked: {what}; its engine is rebuilt");
+        self.end(Event::Failed(ApiError::Internal(format!("inference panicked: {what}"))));
+    }
+
+    /// Fails the request with an error of its forward pass.
+    pub fn failed(&mut self, why: String) {
+        self.end(Event::Failed(ApiError::Internal(why)));
+    }
+
+    /// Sends the steps' tokens; a step that finished ends the request with its usage.
+    fn deliver(&mut self, steps: Vec<StepOutput>) {
+        let Some(task) = self.task.as_mut() else { return };
+        for step in steps {
+            if let Some(id) = step.token {
+                task.job.send(Event::Token(TokenEvent { id, text: step.text, logprobs: step.logprobs }));
+            }
+            if let Some(reason) = step.finished {
+                let g = task.generator.generation();
+                let done = Finished {
+                    reason,
+                    prompt_tokens: g.prompt_ids.len(),
+                    cached_tokens: task.cached,
+                    completion_tokens: g.generated_ids.len(),
+                    prompt_secs: g.prompt_secs,
+                    gen_secs: g.gen_secs,
+                };
+                self.end(Event::Done(done));
+                return;
             }
         }
     }

@@ -20,6 +20,8 @@ pub struct ServeConfig {
     pub host: String,
     pub port: u16,
     pub slots: usize,
+    /// One forward pass per step for all busy slots (else one per slot).
+    pub batch: bool,
     /// Total KV context, split evenly across the slots; `None`: 4096 per slot (at most the
     /// model's training context).
     pub ctx_total: Option<usize>,
@@ -205,6 +207,7 @@ impl AppState {
             tok: tok.clone(),
             n_slots: self.cfg.slots,
             engine,
+            batch: self.cfg.batch,
             metrics: self.metrics.clone(),
         })?;
         let model_id = self.cfg.alias.clone().unwrap_or_else(|| {

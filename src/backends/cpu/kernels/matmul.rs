@@ -191,6 +191,13 @@ fn check_shapes(
     Ok(tokens)
 }
 
+/// Fewest tokens a row-lane tile product is used for. Filling a tile unpacks its weight rows
+/// once per call, which only pays off over several tokens: below this each element is one dot
+/// (the same bits either way). Measured on the 0.5B with 2 threads (`minfer bench --batch`):
+/// decode steps of 2 and 4 tokens take 4.9x and 2.5x longer through tiles than through dots,
+/// 8 tokens 1.3x shorter.
+pub const TILE_MIN_TOKENS: usize = 8;
+
 fn matmul_with(
     pool: &Pool,
     kernels: Kernels,
@@ -204,7 +211,7 @@ fn matmul_with(
         return Ok(());
     }
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
-    let tiled = tokens >= 2
+    let tiled = tokens >= TILE_MIN_TOKENS
         && kernels.has_tiles()
         && w.rows.is_multiple_of(LANES)
         && match w.ty {
