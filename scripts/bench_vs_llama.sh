@@ -8,6 +8,9 @@
 #   comma list (e.g. -d 0,4096): every test runs at each depth, as llama-bench's -d does.
 #   --minfer BIN (repeatable) benchmarks those minfer binaries instead of this checkout's build,
 #   each in every round after llama-bench (e.g. a build of the previous commit, then HEAD).
+# --batched [B,B,...]: llama-batched-bench against `minfer bench --batch` instead (default
+#   1,2,4,8; -p is the prompt and -n the generated tokens per sequence, default 128 and 128):
+#   S_PP, S_TG and S for each B, alternating rounds, with ratios.
 #
 # llama-bench is built once from the llama-cpp-python==0.3.36 source package (PyPI) with its
 # bundled llama.cpp (with llama-quantize): GGML_NATIVE=OFF, AVX2 on, each AVX-512 part and
@@ -20,12 +23,14 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${MINFER_LLAMA_CACHE:-$HOME/.cache/minfer-llama}"
 models=()
-threads=2 n_prompt=512 n_gen=128 depth=0 reps=3 rounds=2 bins=()
+threads=2 n_prompt=512 n_gen=128 depth=0 reps=3 rounds=2 bins=() batched="" p_set="" 
 die() { echo "bench_vs_llama.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
     case "$1" in
         -t) threads="$2"; shift 2 ;;
-        -p) n_prompt="$2"; shift 2 ;;
+        -p) n_prompt="$2"; p_set=1; shift 2 ;;
+        --batched)
+            if [[ "${2:-}" =~ ^[0-9]+(,[0-9]+)*$ ]]; then batched="$2"; shift 2; else batched="1,2,4,8"; shift; fi ;;
         -n) n_gen="$2"; shift 2 ;;
         -d) depth="$2"; shift 2 ;;
         -r) reps="$2"; shift 2 ;;
@@ -84,6 +89,54 @@ fi
 for b in "${bins[@]}"; do [ -x "$b" ] || die "--minfer $b is not an executable"; done
 
 lscpu | sed -n 's/^Model name: *//p' | sed 's/^/CPU: /'
+if [ -n "$batched" ]; then
+    [ -n "$p_set" ] || n_prompt=128
+    for model in "${models[@]}"; do
+    out="$(mktemp -d)"
+    max_b="$(tr ',' '\n' <<<"$batched" | sort -n | tail -1)"
+    ctx=$(( max_b * (n_prompt + n_gen) ))
+    for round in $(seq 1 "$rounds"); do
+        echo "bench_vs_llama.sh: $(basename "$model") batched round $round/$rounds" >&2
+        "$batched_bench" -m "$model" -t "$threads" -tb "$threads" -c "$ctx" -b 2048 -ub 512 \
+            -npp "$n_prompt" -ntg "$n_gen" -npl "$batched" --output-format jsonl 2>/dev/null \
+            | grep '^{' >"$out/llama-$round.jsonl"
+        for i in "${!bins[@]}"; do
+            "${bins[$i]}" bench -m "$model" -t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" \
+                --batch "$batched" -o json >"$out/minfer$i-$round.json"
+        done
+    done
+    python3 - "$out" "$rounds" "$model" "$threads" "${bins[@]}" <<'PY'
+import json, os, statistics, sys
+out, rounds, model, threads, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+def rows(engine):
+    res = {}
+    for r in range(1, rounds + 1):
+        path = os.path.join(out, f"{engine}-{r}.json" + ("l" if engine == "llama" else ""))
+        items = [json.loads(l) for l in open(path) if l.strip()] if engine == "llama" else json.load(open(path))
+        for row in items:
+            res.setdefault(row["pl"], []).append(row)
+    return res
+med = lambda rs, k: statistics.median(r[k] for r in rs)
+ll = rows("llama")
+mfs = [rows(f"minfer{i}") for i in range(len(bins))]
+print(f"model {os.path.basename(model)}, {threads} threads, median of {rounds} alternating rounds (llama-batched-bench vs minfer bench --batch)")
+print("| B | PP | TG | llama S_PP | llama S_TG | llama S | " + " | ".join(f"minfer S_PP | minfer S_TG | minfer S | S_TG ratio" for _ in bins) + " |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | " + " | ".join("---: | ---: | ---: | ---:" for _ in bins) + " |")
+for b in sorted(ll):
+    l = ll[b]
+    cells = []
+    for mf in mfs:
+        m = mf.get(b, [])
+        if not m:
+            cells.append("- | - | - | -")
+            continue
+        cells.append(f"{med(m, 'speed_pp'):.2f} | {med(m, 'speed_tg'):.2f} | {med(m, 'speed'):.2f} | {med(m, 'speed_tg') / med(l, 'speed_tg'):.2f}x")
+    print(f"| {b} | {l[0]['pp']} | {l[0]['tg']} | {med(l, 'speed_pp'):.2f} | {med(l, 'speed_tg'):.2f} | {med(l, 'speed'):.2f} | " + " | ".join(cells) + " |")
+PY
+    rm -rf "$out"
+    done
+    exit 0
+fi
 for model in "${models[@]}"; do
 out="$(mktemp -d)"
 for round in $(seq 1 "$rounds"); do

@@ -274,6 +274,132 @@ class Chat(unittest.TestCase):
                          - before.get('minfer_requests_total{status="200"}', 0), 6)
 
 
+def answer(srv, prompt, n, cache=True):
+    """Greedy completion with the top-5 log-probabilities of every token: (text, token
+    log-probs, top log-probs), the floats as the server printed them (shortest round trip of
+    the f32, so equal floats are equal bits)."""
+    status, r = srv.http("POST", "/v1/completions", {"prompt": prompt, "max_tokens": n, "temperature": 0,
+                                                     "logprobs": 5, "cache_prompt": cache})
+    assert status == 200, r
+    lp = r["choices"][0]["logprobs"]
+    return r["choices"][0]["text"], lp["token_logprobs"], lp["top_logprobs"], r["usage"]
+
+
+LONG = "Here is a list of words to remember: " + ", ".join(f"item{k} apple river stone" for k in range(60)) + ". Now count:"
+PROMPTS = [("1, 2, 3,", 24), ("The capital of France is", 20), (LONG, 12), ("def fib(n):", 28)]
+
+
+class Batched(unittest.TestCase):
+    """--batch on with 4 slots: every sequence's tokens and log-probabilities are the same
+    floats as the prompt sent alone to a 1-slot server, with prompts prefilled in chunks
+    (--ubatch 32) beside other sequences' decode steps, and with the prompt cache missed and
+    hit."""
+
+    @classmethod
+    def setUpClass(cls):
+        alone = Server("--slots", "1", "--batch", "off", "--ubatch", "32")
+        try:
+            cls.alone = [answer(alone, p, n, cache=False)[:3] for p, n in PROMPTS]
+        finally:
+            alone.stop()
+        cls.srv = Server("--slots", "4", "--batch", "on", "--ubatch", "32", "--ctx", "8192",
+                         env={"MINFER_INJECT_PANIC": MAGIC})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.stop()
+
+    def parallel(self, items, delay=0.0):
+        def go(k):
+            time.sleep(delay * k)
+            p, n = items[k]
+            return answer(self.srv, p, n)
+        with concurrent.futures.ThreadPoolExecutor(len(items)) as ex:
+            return list(ex.map(go, range(len(items))))
+
+    def test_4_parallel_equal_alone_with_cache_missed_and_hit(self):
+        self.srv.wait_idle(30)
+        before = self.srv.metrics()
+        first = self.parallel(PROMPTS)
+        for k, got in enumerate(first):
+            self.assertEqual(got[:3], self.alone[k], f"prompt {k}, batched, cache cold")
+        # The same prompts again: each finds a slot holding all but its last token.
+        second = self.parallel(PROMPTS)
+        for k, got in enumerate(second):
+            self.assertEqual(got[:3], self.alone[k], f"prompt {k}, batched, cache hit")
+            self.assertEqual(got[3]["prompt_tokens_details"]["cached_tokens"], got[3]["prompt_tokens"] - 1)
+        after = self.srv.metrics()
+        cached = sum(g[3]["prompt_tokens_details"]["cached_tokens"] for g in first + second)
+        self.assertEqual(after["minfer_prompt_cached_tokens_total"] - before["minfer_prompt_cached_tokens_total"], cached)
+        prompt = sum(g[3]["prompt_tokens"] for g in first + second)
+        self.assertEqual(after["minfer_prompt_tokens_total"] - before["minfer_prompt_tokens_total"], prompt - cached)
+
+    def test_long_prefill_joins_sequences_that_are_decoding(self):
+        self.srv.wait_idle(30)
+        # Short prompts start first and decode while the long one is prefilled in chunks of 32.
+        order = [0, 1, 3, 2]
+        got = self.parallel([PROMPTS[k] for k in order], delay=0.15)
+        for k, g in zip(order, got):
+            self.assertEqual(g[:3], self.alone[k], f"prompt {k}, joining mid-flight")
+
+    def test_panic_and_disconnect_in_a_batch_leave_the_others_unchanged(self):
+        self.srv.wait_idle(30)
+        before = self.srv.metrics()
+        sock = socket.create_connection(("127.0.0.1", self.srv.port))
+        body = json.dumps({"prompt": "Write a very long story about a dragon.", "max_tokens": 400, "temperature": 0})
+        sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+
+        def panicking():
+            time.sleep(0.3)
+            return self.srv.http("POST", "/v1/completions", {"prompt": f"{MAGIC} go", "max_tokens": 8})
+
+        def leave():
+            time.sleep(1.0)
+            sock.close()
+
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            bad = ex.submit(panicking)
+            ex.submit(leave)
+            good = [ex.submit(answer, self.srv, p, n) for p, n in (PROMPTS[0], PROMPTS[3])]
+            self.assertEqual(bad.result()[0], 500)
+            self.assertEqual(good[0].result()[:3], self.alone[0])
+            self.assertEqual(good[1].result()[:3], self.alone[3])
+        self.srv.wait_idle(30)
+        after = self.srv.metrics()
+        self.assertEqual(after["minfer_panics_total"] - before["minfer_panics_total"], 1)
+        self.assertEqual(after["minfer_cancelled_total"] - before["minfer_cancelled_total"], 1)
+        self.assertEqual(answer(self.srv, *PROMPTS[1])[:3], self.alone[1], "the server answers as before")
+
+    def test_three_turn_chat_prefills_only_each_new_turn(self):
+        self.srv.wait_idle(30)
+        c = self.srv.client()
+        turns = ["Name a color.", "Now name a fruit of that color.", "And an animal?"]
+
+        def converse(cache):
+            msgs, out = [], []
+            for t in turns:
+                msgs.append({"role": "user", "content": t})
+                before = self.srv.metrics()["minfer_prompt_tokens_total"]
+                r = c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=24,
+                                              extra_body={"cache_prompt": cache})
+                evaluated = self.srv.metrics()["minfer_prompt_tokens_total"] - before
+                msgs.append({"role": "assistant", "content": r.choices[0].message.content})
+                out.append((r.choices[0].message.content, r.usage.prompt_tokens,
+                            r.usage.prompt_tokens_details.cached_tokens, evaluated))
+            return out
+
+        cold = converse(False)
+        warm = converse(True)
+        self.assertEqual([w[0] for w in warm], [c_[0] for c_ in cold], "answers are the same with and without the cache")
+        self.assertEqual([c_[2] for c_ in cold], [0, 0, 0])
+        for k in (1, 2):
+            text, prompt, cached, evaluated = warm[k]
+            # the whole previous turn (its prompt and answer) comes from the slot's KV
+            self.assertGreaterEqual(cached, warm[k - 1][1], f"turn {k + 1}")
+            self.assertEqual(evaluated, prompt - cached, f"turn {k + 1}: only the new turn is evaluated")
+
+
 class Completions(unittest.TestCase):
     def test_token_id_prompt_equals_llama_cpp(self):
         # "count": every step's top-1/top-2 margin is >= 1.19, so the whole continuation must match.
@@ -529,7 +655,7 @@ class Load(unittest.TestCase):
         generated = sum(r[3] for r in results)
         self.assertEqual(delta('minfer_requests_total{status="200"}'), n_requests)
         self.assertEqual(sum(delta(k) for k in after if k.startswith("minfer_requests_total")), n_requests)
-        self.assertEqual(delta("minfer_prompt_tokens_total"), prompt)
+        self.assertEqual(delta("minfer_prompt_tokens_total") + delta("minfer_prompt_cached_tokens_total"), prompt)
         self.assertEqual(delta("minfer_generated_tokens_total"), generated)
         lat = sorted(r[1] for r in results)
         report = {
