@@ -258,6 +258,9 @@ enum Spec {
     TailRows { d: usize, nt: usize, n_out: usize },
     Rope { style: RopeStyle, n_head: usize, hd: usize, n_rot: usize, nt: usize, freq_base: f32, inplace: bool },
     Attn { kv: KvType, n_head: usize, n_head_kv: usize, hd: usize, nt: usize, n_ctx: usize, window: Option<usize> },
+    /// Attention over regions several sequences share (4 query heads on 2 KV heads): sequence
+    /// `s` owns cells `s * n_ctx..`, and has `lens[s]` tokens in the pass.
+    AttnSeqs { kv: KvType, hd: usize, n_ctx: usize, lens: [usize; 3] },
     KvStore { kv: KvType, n_head_kv: usize, hd: usize, nt: usize, n_ctx: usize },
     KvLoad { kv: KvType, n_head_kv: usize, hd: usize, n_ctx: usize },
     KvShift { kv: KvType, style: RopeStyle, n_head_kv: usize, hd: usize, n_rot: usize, n_ctx: usize },
@@ -281,6 +284,7 @@ impl Spec {
             Spec::TailRows { d, n_out, .. } => w(n_out * 256 * (d / 256 + 1)),
             Spec::Rope { n_head, hd, nt, .. } => w(nt * n_head * hd),
             Spec::Attn { n_head, hd, nt, n_ctx, .. } => w(nt * n_head * 32 * n_ctx * (2 * hd / 32 + 6)),
+            Spec::AttnSeqs { hd, n_ctx, lens, .. } => w(lens.iter().sum::<usize>() * 4 * 32 * n_ctx * (2 * hd / 32 + 6)),
             Spec::KvStore { n_head_kv, hd, nt, .. } => w(nt * n_head_kv * hd),
             Spec::KvLoad { .. } => 0,
             Spec::KvShift { n_head_kv, hd, n_ctx, .. } => w(n_ctx * n_head_kv * hd * 4),
@@ -459,6 +463,14 @@ fn cases() -> Vec<Case> {
         for (hd, nt) in [(64, 1), (128, 2)] {
             let spec = Spec::Attn { kv, n_head: 4, n_head_kv: 2, hd, nt, n_ctx: 1100, window: None };
             op(format!("attn/{kv}/hd={hd}/heads=4:2/n_ctx=1100/nt={nt}"), spec, Tol::Nmse(5e-4));
+        }
+    }
+    // Three sequences in one pass: a prefill chunk, a decode token and a short chunk, each
+    // attending only its own cells.
+    for kv in KV_TYPES {
+        for (hd, lens) in [(64, [5, 1, 3]), (128, [1, 1, 1])] {
+            let spec = Spec::AttnSeqs { kv, hd, n_ctx: 80, lens };
+            op(format!("attn_seqs/{kv}/hd={hd}/heads=4:2/lens={lens:?}"), spec, Tol::Nmse(5e-4));
         }
     }
     op("attn/f32/hd=64/heads=2:2/nt=7".into(), Spec::Attn { kv: KvType::F32, n_head: 2, n_head_kv: 2, hd: 64, nt: 7, n_ctx: 64, window: None }, Tol::Nmse(5e-4));
@@ -819,6 +831,29 @@ fn build(spec: &Spec, rng: &mut Rng) -> Setup {
             read.push(Seg { region: Region::V, kind, unchanged: true });
             e(b.attn(q, view, pos, meta))
         }
+        Spec::AttnSeqs { kv: t, hd, n_ctx, lens } => {
+            let (n_head, n_head_kv, nt) = (4, 2, lens.iter().sum::<usize>());
+            let q = b.input("q", [n_head * hd, nt, 1, 1], DType::F32);
+            let pos = b.input("positions", [nt, 1, 1, 1], DType::I32);
+            let cells = b.input("kv_cells", [nt, 1, 1, 1], DType::I32);
+            inputs.push((q, f32_bytes(&acts(rng, n_head * hd * nt, 1.0))));
+            let (mut p, mut c) = (Vec::new(), Vec::new());
+            for (s, &len) in lens.iter().enumerate() {
+                let p0 = rng.next_u32() as usize % (n_ctx - len + 1);
+                p.extend((p0..p0 + len).map(|x| x as i32));
+                c.extend((p0..p0 + len).map(|x| (s * n_ctx + x) as i32));
+            }
+            inputs.push((pos, i32_bytes(&p)));
+            inputs.push((cells, i32_bytes(&c)));
+            let (width, total) = (n_head_kv * hd, lens.len() * n_ctx);
+            kv = Some(KvInit::random(rng, t, width, hd, total));
+            let view = b.kvcache_load(0, width, total, (t, hd));
+            let meta = AttnMeta { layer: 0, n_head, n_head_kv, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), n_ctx: total, kv_type: t, window: None };
+            let kind = Kind::Kv { t, width, hd };
+            read.push(Seg { region: Region::K, kind, unchanged: true });
+            read.push(Seg { region: Region::V, kind, unchanged: true });
+            e(b.attn_cells(q, view, pos, cells, meta))
+        }
         Spec::KvStore { kv: t, n_head_kv, hd, nt, n_ctx } => {
             let width = n_head_kv * hd;
             let k = b.input("k", [width, nt, 1, 1], DType::F32);
@@ -942,37 +977,26 @@ fn reference(spec: &Spec, s: &Setup, pool: &Pool, dot: DotIsa) -> Result<Vec<Vec
             out = s.f32s("x");
             kernels::rope_ext(&mut out, &s.i32s("positions"), &rope_spec(style, n_head, hd, n_rot, freq_base)).map_err(|e| err(&e))?;
         }
+        &Spec::AttnSeqs { kv: t, hd, n_ctx, .. } => {
+            // Each sequence alone: its run of tokens over its own n_ctx cells.
+            let kv = s.kv.as_ref().unwrap();
+            let (q, pos, cells) = (s.f32s("q"), s.i32s("positions"), s.i32s("kv_cells"));
+            let (width, words) = (4 * hd, t.row_bytes(2 * hd) / 4);
+            let mut t0 = 0;
+            while t0 < pos.len() {
+                let base = (cells[t0] - pos[t0]) as usize;
+                let t1 = (t0..pos.len()).find(|&t| (cells[t] - pos[t]) as usize != base).unwrap_or(pos.len());
+                let rows = base * words..(base + n_ctx) * words;
+                let (k, v) = (&kv.k[rows.clone()], &kv.v[rows]);
+                attn_reference(pool, (t, 4, 2, hd, None), (&q[t0 * width..t1 * width], &pos[t0..t1]), (k, v), &mut out[t0 * width..t1 * width]).map_err(|e| err(&e))?;
+                t0 = t1;
+            }
+            return Ok(vec![f32_bytes(&out), f32_bytes(&kv.k), f32_bytes(&kv.v)]);
+        }
         &Spec::Attn { kv: t, n_head, n_head_kv, hd, window, .. } => {
             let kv = s.kv.as_ref().unwrap();
             let (q, pos) = (s.f32s("q"), s.i32s("positions"));
-            let scale = 1.0 / (hd as f32).sqrt();
-            let args = |q, k, v| AttnArgs { q, k_cache: k, v_cache: v, positions: &[], n_head, n_head_kv, head_dim: hd, scale, window };
-            match t {
-                KvType::F32 => {
-                    let a = AttnArgs { positions: &pos, ..args(&q, &kv.k, &kv.v) };
-                    kernels::attention_with(Isa::Scalar, pool, &a, &mut out).map_err(|e| err(&e))?;
-                }
-                KvType::Q8_0 if fused_q8_kv() => {
-                    let a = AttnArgs { positions: &pos, ..args(&q, &[], &[]) };
-                    let packed = PackedKv { k: bytemuck::cast_slice(&kv.k), v: bytemuck::cast_slice(&kv.v) };
-                    attention_q8(pool, &a, packed, &mut out).map_err(|e| err(&e))?;
-                }
-                _ => {
-                    // Decoded cells (as stored: q8_0 rows stay rotated), then the f32 path; the
-                    // rotated cache wants the rotated query and rotates the output back.
-                    let kf = load_rows(t, &kv.k, kv.width, kv.n_ctx).map_err(|e| err(&e))?;
-                    let vf = load_rows(t, &kv.v, kv.width, kv.n_ctx).map_err(|e| err(&e))?;
-                    let mut qr = q.clone();
-                    if t == KvType::Q8_0 {
-                        rotate_heads(&mut qr, hd);
-                    }
-                    let a = AttnArgs { positions: &pos, ..args(&qr, &kf, &vf) };
-                    kernels::attention_with(Isa::Scalar, pool, &a, &mut out).map_err(|e| err(&e))?;
-                    if t == KvType::Q8_0 {
-                        rotate_heads(&mut out, hd);
-                    }
-                }
-            }
+            attn_reference(pool, (t, n_head, n_head_kv, hd, window), (&q, &pos), (&kv.k, &kv.v), &mut out).map_err(|e| err(&e))?;
             let kb = f32_bytes(&kv.k);
             let vb = f32_bytes(&kv.v);
             return Ok(vec![f32_bytes(&out), kb, vb]);
@@ -1632,4 +1656,46 @@ fn main() {
     if t.failed > 0 {
         std::process::exit(1);
     }
+}
+
+/// The scalar reference of attention over one sequence's cells: `k` and `v` its regions as
+/// stored (f32 words; packed rows as their bytes), `out` `[nt][n_head * hd]`.
+fn attn_reference(
+    pool: &Pool,
+    (t, n_head, n_head_kv, hd, window): (KvType, usize, usize, usize, Option<usize>),
+    (q, pos): (&[f32], &[i32]),
+    (k, v): (&[f32], &[f32]),
+    out: &mut [f32],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let scale = 1.0 / (hd as f32).sqrt();
+    let args = |q, k, v| AttnArgs { q, k_cache: k, v_cache: v, positions: &[], n_head, n_head_kv, head_dim: hd, scale, window };
+    let (width, q) = (n_head_kv * hd, q.to_vec());
+    let rows = k.len() * 4 / t.row_bytes(width);
+    match t {
+        KvType::F32 => {
+            let a = AttnArgs { positions: &pos, ..args(&q, k, v) };
+            kernels::attention_with(Isa::Scalar, pool, &a, out).map_err(Box::new)?;
+        }
+        KvType::Q8_0 if fused_q8_kv() => {
+            let a = AttnArgs { positions: &pos, ..args(&q, &[], &[]) };
+            let packed = PackedKv { k: bytemuck::cast_slice(k), v: bytemuck::cast_slice(v) };
+            attention_q8(pool, &a, packed, out).map_err(Box::new)?;
+        }
+        _ => {
+            // Decoded cells (as stored: q8_0 rows stay rotated), then the f32 path; the
+            // rotated cache wants the rotated query and rotates the output back.
+            let kf = load_rows(t, k, width, rows).map_err(Box::new)?;
+            let vf = load_rows(t, v, width, rows).map_err(Box::new)?;
+            let mut qr = q.clone();
+            if t == KvType::Q8_0 {
+                rotate_heads(&mut qr, hd);
+            }
+            let a = AttnArgs { positions: &pos, ..args(&qr, &kf, &vf) };
+            kernels::attention_with(Isa::Scalar, pool, &a, out).map_err(Box::new)?;
+            if t == KvType::Q8_0 {
+                rotate_heads(out, hd);
+            }
+        }
+    }
+    Ok(())
 }

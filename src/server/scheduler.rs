@@ -2,7 +2,7 @@
 //! advances each round and no forward pass ever runs on the async runtime.
 //!
 //! The slots are sequences of one shared engine (their KV side by side). With batching on
-//! (`--batch on`, the default) a round is one forward pass: one token of every generating slot,
+//! (`--batch on`; off by default, see docs/SERVER.md) a round is one forward pass: one token of every generating slot,
 //! and the rest of the `--ubatch` budget filled with prefill chunks of slots still reading
 //! their prompts. With it off, each busy slot gets a pass of its own per round. Either way a
 //! sequence's logits are the same bits (the kernels compute a token's row the same way whatever
@@ -97,6 +97,16 @@ pub fn start(setup: InferenceSetup) -> Result<InferenceHandle, ServeError> {
         (None, kvs)
     } else {
         let e = Engine::with_shared(setup.model.clone(), &shared_params(&setup), &shared)?;
+        let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
+        eprintln!(
+            "minfer serve: KV {} cells ({} slots x {}) of {}: {:.1} MiB, {:.1} MiB per slot",
+            e.n_ctx() * setup.n_slots,
+            setup.n_slots,
+            e.n_ctx(),
+            e.kv_type(),
+            mib(e.kv_bytes()),
+            mib(e.kv_bytes() / setup.n_slots.max(1))
+        );
         (Some(e), (0..setup.n_slots).map(SlotKv::Seq).collect())
     };
     let (tx, rx) = channel();
