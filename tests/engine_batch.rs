@@ -29,7 +29,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 /// A token stream for sequence `s`: distinct ids for each sequence, inside every test model's
 /// vocabulary.
 fn stream(s: usize, n: usize) -> Vec<u32> {
-    (0..n).map(|i| (1000 + 37 * s as u32 + ((i as u32 * 7919 + s as u32 * 104_729) % 20_000))).collect()
+    (0..n).map(|i| 1000 + 37 * s as u32 + ((i as u32 * 7919 + s as u32 * 104_729) % 20_000)).collect()
 }
 
 /// One sequence's plan: the chunk sizes it is fed in (prefill chunks, then single tokens), and
