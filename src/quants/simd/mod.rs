@@ -358,6 +358,17 @@ impl Kernels {
     pub fn gemv<W: SimdDot>(&self, w: &[W], a: &[W::Act]) -> f32 {
         W::gemv(*self, w, a)
     }
+
+    /// `out[i] = self.dot(w, a[i])` for each activation row, bit for bit; where the type has a
+    /// several-row kernel each weight block is unpacked once for up to four rows.
+    pub fn dot_rows<W: SimdDot>(&self, w: &[W], a: &[&[W::Act]], out: &mut [f32]) {
+        W::dot_rows(*self, w, a, out)
+    }
+
+    /// [`Kernels::gemv`] for each activation row, as [`Kernels::dot_rows`] does for the dot.
+    pub fn gemv_rows<W: SimdDot>(&self, w: &[W], a: &[&[W::Act]], out: &mut [f32]) {
+        W::gemv_rows(*self, w, a, out)
+    }
 }
 
 /// A weight block type with a kernel in every ISA (for its `vec_dot_type` activations).
@@ -388,14 +399,56 @@ pub trait SimdDot: VecDot {
     fn gemv(k: Kernels, w: &[Self], a: &[Self::Act]) -> f32 {
         k.dot(w, a)
     }
+
+    /// `out[i] = k.dot(w, a[i])` for every row of `a`, bit for bit. Types with a `rows` kernel
+    /// (`rows NAME` in `simd_dot!`) unpack each weight block once for several rows on x86.
+    #[doc(hidden)]
+    #[inline]
+    fn dot_rows(k: Kernels, w: &[Self], a: &[&[Self::Act]], out: &mut [f32]) {
+        for (o, a) in out.iter_mut().zip(a) {
+            *o = k.dot(w, a);
+        }
+    }
+
+    /// `out[i] = k.gemv(w, a[i])` for every row of `a`, bit for bit (`gemv_rows NAME` in
+    /// `simd_dot!`: several rows per unpacked block on x86).
+    #[doc(hidden)]
+    #[inline]
+    fn gemv_rows(k: Kernels, w: &[Self], a: &[&[Self::Act]], out: &mut [f32]) {
+        for (o, a) in out.iter_mut().zip(a) {
+            *o = k.gemv(w, a);
+        }
+    }
 }
 
 /// `impl SimdDot` for each weight block type, naming the kernel of each ISA file, and for the
 /// types llama.cpp repacks, the gemv kernel (`repack NAME`: `gemv::NAME` in scalar, the
 /// kernel of the same name in the x86 files; NEON keeps its dot, which follows no ggml order).
 macro_rules! simd_dot {
-    ($($w:ty => $k:ident $(repack $g:ident)? $(repack_avx512 $g5:ident)?),* $(,)?) => {$(
+    ($($w:ty => $k:ident $(repack $g:ident)? $(repack_avx512 $g5:ident)? $(rows $m:ident)? $(gemv_rows $gm:ident)?),* $(,)?) => {$(
         impl SimdDot for $w {
+            $(#[inline]
+            fn gemv_rows(k: Kernels, w: &[Self], a: &[&[Self::Act]], out: &mut [f32]) {
+                match k.0 {
+                    #[cfg(target_arch = "x86_64")]
+                    Backend::Avx2(t) => t.$gm(w, a, out),
+                    #[cfg(target_arch = "x86_64")]
+                    Backend::Avx512(t) => t.$gm(w, a, out),
+                    #[allow(unreachable_patterns)]
+                    _ => out.iter_mut().zip(a).for_each(|(o, a)| *o = k.gemv(w, a)),
+                }
+            })?
+            $(#[inline]
+            fn dot_rows(k: Kernels, w: &[Self], a: &[&[Self::Act]], out: &mut [f32]) {
+                match k.0 {
+                    #[cfg(target_arch = "x86_64")]
+                    Backend::Avx2(t) => t.$m(w, a, out),
+                    #[cfg(target_arch = "x86_64")]
+                    Backend::Avx512(t) => t.$m(w, a, out),
+                    #[allow(unreachable_patterns)]
+                    _ => out.iter_mut().zip(a).for_each(|(o, a)| *o = k.dot(w, a)),
+                }
+            })?
             // `repack_avx512`: llama.cpp repacks the type only in a build with AVX-512, so
             // the AVX2 kernels keep vec_dot's order (an AVX2 build's answer on an AVX2 CPU).
             $(const REPACK_ROWS: Option<usize> = Some(super::gemv::REPACK_ROWS);
@@ -447,10 +500,10 @@ macro_rules! simd_dot {
 
 simd_dot! {
     F32Le => f32, F16Le => f16, Bf16Le => bf16,
-    BlockQ4_0 => q4_0 repack gemv_q4_0, BlockQ4_1 => q4_1, BlockQ5_0 => q5_0, BlockQ5_1 => q5_1,
-    BlockQ8_0 => q8_0,
-    BlockQ2K => q2_k repack_avx512 gemv_q2_k, BlockQ3K => q3_k, BlockQ4K => q4_k repack gemv_q4_k, BlockQ5K => q5_k,
-    BlockQ6K => q6_k,
+    BlockQ4_0 => q4_0 repack gemv_q4_0, BlockQ4_1 => q4_1, BlockQ5_0 => q5_0 rows q5_0_rows, BlockQ5_1 => q5_1,
+    BlockQ8_0 => q8_0 rows q8_0_rows,
+    BlockQ2K => q2_k repack_avx512 gemv_q2_k, BlockQ3K => q3_k, BlockQ4K => q4_k repack gemv_q4_k gemv_rows gemv_q4_k_rows,
+    BlockQ5K => q5_k, BlockQ6K => q6_k rows q6_k_rows,
 }
 
 /// Checked dot with an explicit ISA: errors with [`QuantError::DotLength`] unless both rows hold

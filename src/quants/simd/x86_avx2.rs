@@ -295,11 +295,87 @@ macro_rules! block32_kernels {
             }
             hsum_float_8(acc)
         }
+
+        // ---- one weight row against N activation rows: each block unpacked once, each row
+        // with its own accumulator in the single dot's order (so the same bits as `q5_0` /
+        // `q8_0` per row). Blocks up to the shortest row, as the single dot's zip.
+
+        #[target_feature(enable = $features)]
+        fn q5_0_rows<const N: usize>(w: &[BlockQ5_0], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+            let n = a.iter().fold(w.len(), |n, r| n.min(r.len()));
+            let a = a.map(|r| &r[..n]);
+            let mut acc = [_mm256_setzero_ps(); N];
+            for (i, x) in w[..n].iter().enumerate() {
+                let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
+                let qx = _mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi);
+                for r in 0..N {
+                    let y = &a[r][i];
+                    let d = _mm256_set1_ps(f16_mul(x.d, y.d));
+                    acc[r] = _mm256_fmadd_ps(d, mul_sum_i8_pairs_float(qx, ld256(&y.qs)), acc[r]);
+                }
+            }
+            let mut out = [0.0f32; N];
+            for r in 0..N {
+                out[r] = hsum_float_8(acc[r]);
+            }
+            out
+        }
+
+        #[target_feature(enable = $features)]
+        fn q8_0_rows<const N: usize>(w: &[BlockQ8_0], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+            let n = a.iter().fold(w.len(), |n, r| n.min(r.len()));
+            let a = a.map(|r| &r[..n]);
+            let mut acc = [_mm256_setzero_ps(); N];
+            for (i, x) in w[..n].iter().enumerate() {
+                let qx = ld256(&x.qs);
+                for r in 0..N {
+                    let y = &a[r][i];
+                    let d = _mm256_set1_ps(f16_mul(x.d, y.d));
+                    acc[r] = _mm256_fmadd_ps(d, mul_sum_i8_pairs_float(qx, ld256(&y.qs)), acc[r]);
+                }
+            }
+            let mut out = [0.0f32; N];
+            for r in 0..N {
+                out[r] = hsum_float_8(acc[r]);
+            }
+            out
+        }
     };
 }
+
+/// Safe entries of the `*_rows` kernels on an ISA token: `out[i] = dot(w, a[i])` for any
+/// number of rows, four at a time.
+macro_rules! rows_entries {
+    ($token:ty, $why:literal; $($name:ident => $kernel:ident : ($w:ty, $a:ty);)*) => {
+        impl $token {$(
+            pub fn $name(self, w: &[$w], a: &[&[$a]], out: &mut [f32]) {
+                for (acts, outs) in a.chunks(4).zip(out.chunks_mut(4)) {
+                    // SAFETY: a token exists only where detection found every feature the
+                    // kernel enables ($why).
+                    let got: &[f32] = &match *acts {
+                        [a0, a1, a2, a3] => unsafe { $kernel::<4>(w, [a0, a1, a2, a3]) }.to_vec(),
+                        [a0, a1, a2] => unsafe { $kernel::<3>(w, [a0, a1, a2]) }.to_vec(),
+                        [a0, a1] => unsafe { $kernel::<2>(w, [a0, a1]) }.to_vec(),
+                        [a0] => unsafe { $kernel::<1>(w, [a0]) }.to_vec(),
+                        _ => Vec::new(),
+                    };
+                    outs.iter_mut().zip(got).for_each(|(o, g)| *o = *g);
+                }
+            }
+        )*}
+    };
+}
+pub(super) use rows_entries;
 pub(super) use block32_kernels;
 
 block32_kernels!("avx2,fma,f16c");
+
+rows_entries! { Avx2, "avx2, fma, f16c";
+    q5_0_rows => q5_0_rows: (BlockQ5_0, BlockQ8_0);
+    q8_0_rows => q8_0_rows: (BlockQ8_0, BlockQ8_0);
+    q6_k_rows => q6_k_rows: (BlockQ6K, BlockQ8K);
+    gemv_q4_k_rows => gemv_q4_k_rows: (BlockQ4K, BlockQ8K);
+}
 
 // ---- K-quants (shared with x86_avx512.rs, which runs them unchanged as ggml does)
 
@@ -561,6 +637,57 @@ pub(super) fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     hsum_float_8(acc)
 }
 
+/// [`q6_k`] of one weight row against N activation rows: each block's quants and scales
+/// unpacked once, each row's sums in `q6_k`'s order (the same bits per row).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q6_k_rows<const N: usize>(w: &[BlockQ6K], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    let n = a.iter().fold(w.len(), |n, r| n.min(r.len()));
+    let a = a.map(|r| &r[..n]);
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m3 = _mm256_set1_epi8(3);
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (i, x) in w[..n].iter().enumerate() {
+        let xd = f16x2(x.d, x.d).0;
+        let scales = _mm256_cvtepi8_epi16(ld128(&x.scales));
+        let sc = x.scales.map(i16::from);
+        let (ql, _) = x.ql.as_chunks::<32>();
+        let (qh, _) = x.qh.as_chunks::<32>();
+        let mut q = [_mm256_setzero_si256(); 8];
+        for h in 0..2 {
+            let b1 = ld256(&ql[2 * h]);
+            let b2 = ld256(&ql[2 * h + 1]);
+            let hb = ld256(&qh[h]);
+            let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3));
+            let h1 = _mm256_slli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(12)));
+            let h2 = _mm256_and_si256(hb, _mm256_set1_epi8(48));
+            let h3 = _mm256_srli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(-64)));
+            q[4 * h] = _mm256_or_si256(_mm256_and_si256(b1, m4), h0);
+            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(b2, m4), h1);
+            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4), h2);
+            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4), h3);
+        }
+        for r in 0..N {
+            let y = &a[r][i];
+            let d = y.d * xd;
+            let sub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(ld_bsums(&y.bsums), scales));
+            let mut sumi = _mm256_setzero_si256();
+            for h in 0..2 {
+                for c in 0..4 {
+                    let s = scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
+                    sumi = _mm256_add_epi32(sumi, scaled_chunk(q[4 * h + c], q8(y, 4 * h + c), s));
+                }
+            }
+            let sumi = _mm256_sub_epi32(sumi, sub);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    let mut out = [0.0f32; N];
+    for r in 0..N {
+        out[r] = hsum_float_8(acc[r]);
+    }
+    out
+}
+
 // ---- repacked gemv rows (shared with x86_avx512.rs): see `crate::quants::gemv`
 
 /// The wrapping sum of 8 i32 lanes (exact for the block sums it is used on).
@@ -615,6 +742,39 @@ pub(super) fn gemv_q4_k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
         acc_min = (imin as f32).mul_add(f16(x.dmin) * y.d, acc_min);
     }
     acc - acc_min
+}
+
+/// [`gemv_q4_k`] of one weight row against N activation rows: each block's scales and quants
+/// unpacked once, each row's sums in `gemv_q4_k`'s order (the same bits per row).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn gemv_q4_k_rows<const N: usize>(w: &[BlockQ4K], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    let n = a.iter().fold(w.len(), |n, r| n.min(r.len()));
+    let a = a.map(|r| &r[..n]);
+    let m4 = _mm256_set1_epi8(0x0f);
+    let (mut acc, mut acc_min) = ([0.0f32; N], [0.0f32; N]);
+    for (i, x) in w[..n].iter().enumerate() {
+        let (sc, m) = k4_scales_mins(&x.scales);
+        let (qs, _) = x.qs.as_chunks::<32>();
+        let mut quants = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
+        for (j, q) in quants.iter_mut().enumerate() {
+            let bits = ld256(&qs[j]);
+            *q = (_mm256_and_si256(bits, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4));
+        }
+        let (xd, xmin) = (f16(x.d), f16(x.dmin));
+        for r in 0..N {
+            let y = &a[r][i];
+            let mins: [i32; 4] = bytemuck::cast(k4_min_lanes(&m, y));
+            let imin = (mins[0] + mins[1]) + (mins[2] + mins[3]);
+            let idot = hsum_i32_8(k4_lanes(&sc, y, |j| quants[j]));
+            acc[r] = (idot as f32).mul_add(xd * y.d, acc[r]);
+            acc_min[r] = (imin as f32).mul_add(xmin * y.d, acc_min[r]);
+        }
+    }
+    let mut out = [0.0f32; N];
+    for r in 0..N {
+        out[r] = acc[r] - acc_min[r];
+    }
+    out
 }
 
 // ---- float rows: ggml_vec_dot_{f32,f16,bf16} as an AVX2 build compiles them

@@ -80,6 +80,15 @@ fn mul_sum_i8_pairs_float(x: __m256i, y: __m256i) -> __m256 {
 
 super::x86_avx2::block32_kernels!("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni");
 
+use super::x86_avx2::{gemv_q4_k_rows, q6_k_rows};
+
+super::x86_avx2::rows_entries! { Avx512, "avx2, fma, f16c, avx512f/bw/vl/vnni";
+    q5_0_rows => q5_0_rows: (BlockQ5_0, BlockQ8_0);
+    q8_0_rows => q8_0_rows: (BlockQ8_0, BlockQ8_0);
+    q6_k_rows => q6_k_rows: (BlockQ6K, BlockQ8K);
+    gemv_q4_k_rows => gemv_q4_k_rows: (BlockQ4K, BlockQ8K);
+}
+
 // ---- float rows
 
 /// 16 f32 from 64 little-endian bytes.

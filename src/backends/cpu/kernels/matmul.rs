@@ -399,9 +399,20 @@ where
     pool.for_each_item_mut(&mut tiles, 1, |i, tile| {
         let tile = &mut tile[0];
         let n_rows = tile.first().map_or(0, |p| p.len());
+        // One weight row against every token at once (`Kernels::dot_rows` / `gemv_rows`: the
+        // same dot per element, each weight block unpacked once for several tokens where the
+        // ISA can).
+        let mut dots = vec![0.0f32; acts.len()];
         for j in 0..n_rows {
-            for (t, piece) in tile.iter_mut().enumerate() {
-                piece[j] = element(i * ROW_TILE + j, t);
+            let r = i * ROW_TILE + j;
+            let row = &blocks[r * per_row..(r + 1) * per_row];
+            if repacked {
+                kernels.gemv_rows(row, &acts, &mut dots);
+            } else {
+                kernels.dot_rows(row, &acts, &mut dots);
+            }
+            for (piece, &dot) in tile.iter_mut().zip(&dots) {
+                piece[j] = bias.map_or(dot, |b| dot + b[r]);
             }
         }
     });
