@@ -352,14 +352,15 @@ macro_rules! rows_entries {
                 for (acts, outs) in a.chunks(4).zip(out.chunks_mut(4)) {
                     // SAFETY: a token exists only where detection found every feature the
                     // kernel enables ($why).
-                    let got: &[f32] = &match *acts {
-                        [a0, a1, a2, a3] => unsafe { $kernel::<4>(w, [a0, a1, a2, a3]) }.to_vec(),
-                        [a0, a1, a2] => unsafe { $kernel::<3>(w, [a0, a1, a2]) }.to_vec(),
-                        [a0, a1] => unsafe { $kernel::<2>(w, [a0, a1]) }.to_vec(),
-                        [a0] => unsafe { $kernel::<1>(w, [a0]) }.to_vec(),
-                        _ => Vec::new(),
-                    };
-                    outs.iter_mut().zip(got).for_each(|(o, g)| *o = *g);
+                    let mut got = [0.0f32; 4];
+                    match *acts {
+                        [a0, a1, a2, a3] => got = unsafe { $kernel::<4>(w, [a0, a1, a2, a3]) },
+                        [a0, a1, a2] => got[..3].copy_from_slice(&unsafe { $kernel::<3>(w, [a0, a1, a2]) }),
+                        [a0, a1] => got[..2].copy_from_slice(&unsafe { $kernel::<2>(w, [a0, a1]) }),
+                        [a0] => got[0] = unsafe { $kernel::<1>(w, [a0]) }[0],
+                        _ => {}
+                    }
+                    outs.iter_mut().zip(got).for_each(|(o, g)| *o = g);
                 }
             }
         )*}

@@ -192,10 +192,11 @@ fn check_shapes(
 }
 
 /// Fewest tokens a row-lane tile product is used for. Filling a tile unpacks its weight rows
-/// once per call, which only pays off over several tokens: below this each element is one dot
-/// (the same bits either way). Measured on the 0.5B with 2 threads (`minfer bench --batch`):
-/// decode steps of 2 and 4 tokens take 4.9x and 2.5x longer through tiles than through dots,
-/// 8 tokens 1.3x shorter.
+/// once per call, which only pays off over several tokens: below this each weight row meets
+/// the tokens through [`Kernels::dot_rows`] (the same bits either way). Measured on the 0.5B
+/// with 2 threads (`minfer bench --batch`): decode steps of 2 and 4 tokens took 4.9x and 2.5x
+/// longer through tiles than through single dots; at 8 tokens the tiles beat `dot_rows` by
+/// about 1.1x (a threshold of 16 measured 44 t/s at B = 8 against 48–50).
 pub const TILE_MIN_TOKENS: usize = 8;
 
 fn matmul_with(
