@@ -300,6 +300,23 @@ macro_rules! block32_kernels {
         // with its own accumulator in the single dot's order (so the same bits as `q5_0` /
         // `q8_0` per row). Blocks up to the shortest row, as the single dot's zip.
 
+        /// `f16(wd) * f16(a[r][i].d)` for each row `r` (N <= 4): the halves converted by one
+        /// `vcvtph2ps`, each product rounded once, as `f16_mul` gives it.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn scales_x4<const N: usize>(wd: F16Le, a: &[&[BlockQ8_0]; N], i: usize) -> [f32; 4] {
+            let mut halves = 0u64;
+            for r in 0..N {
+                halves |= u64::from(a[r][i].d.to_bits()) << (16 * r);
+            }
+            let ys = _mm_cvtph_ps(_mm_cvtsi64_si128(halves as i64));
+            let xd = _mm_set1_ps(f16x2(wd, wd).0);
+            let mut d = [0.0f32; 4];
+            // SAFETY: `d` is 4 writable f32; storeu needs no alignment.
+            unsafe { _mm_storeu_ps(d.as_mut_ptr(), _mm_mul_ps(xd, ys)) };
+            d
+        }
+
         #[target_feature(enable = $features)]
         fn q5_0_rows<const N: usize>(w: &[BlockQ5_0], a: [&[BlockQ8_0]; N]) -> [f32; N] {
             let n = a.iter().fold(w.len(), |n, r| n.min(r.len()));
@@ -308,10 +325,10 @@ macro_rules! block32_kernels {
             for (i, x) in w[..n].iter().enumerate() {
                 let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
                 let qx = _mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi);
+                let (ax, d) = (_mm256_sign_epi8(qx, qx), scales_x4(x.d, &a, i));
                 for r in 0..N {
-                    let y = &a[r][i];
-                    let d = _mm256_set1_ps(f16_mul(x.d, y.d));
-                    acc[r] = _mm256_fmadd_ps(d, mul_sum_i8_pairs_float(qx, ld256(&y.qs)), acc[r]);
+                    let sy = _mm256_sign_epi8(ld256(&a[r][i].qs), qx);
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), mul_sum_us8_pairs_float(ax, sy), acc[r]);
                 }
             }
             let mut out = [0.0f32; N];
@@ -328,10 +345,10 @@ macro_rules! block32_kernels {
             let mut acc = [_mm256_setzero_ps(); N];
             for (i, x) in w[..n].iter().enumerate() {
                 let qx = ld256(&x.qs);
+                let (ax, d) = (_mm256_sign_epi8(qx, qx), scales_x4(x.d, &a, i));
                 for r in 0..N {
-                    let y = &a[r][i];
-                    let d = _mm256_set1_ps(f16_mul(x.d, y.d));
-                    acc[r] = _mm256_fmadd_ps(d, mul_sum_i8_pairs_float(qx, ld256(&y.qs)), acc[r]);
+                    let sy = _mm256_sign_epi8(ld256(&a[r][i].qs), qx);
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), mul_sum_us8_pairs_float(ax, sy), acc[r]);
                 }
             }
             let mut out = [0.0f32; N];
