@@ -24,8 +24,8 @@ pub struct ServeArgs {
     pub port: u16,
     /// Requests generated at the same time; each slot has its own KV cells.
     /// One forward pass per step for all slots (`on`, the default) or one per slot (`off`);
-    /// answers are the same bits either way. Default: MINFER_BATCH=0/1, else off (the CPU
-    /// measures the serial path faster: docs/SERVER.md).
+    /// answers are the same bits either way. Default: MINFER_BATCH=0/1, else on (measured
+    /// faster: docs/SERVER.md).
     #[arg(long = "batch", value_parser = ["on", "off"])]
     pub batch: Option<String>,
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -86,13 +86,13 @@ pub struct ServeArgs {
     pub draft: DraftArgs,
 }
 
-/// `--batch on|off`, else `MINFER_BATCH=1/0`, else off: on the CPU the load run measures the
-/// serial path 3% faster (docs/SERVER.md), the design record's "the default follows the device".
+/// `--batch on|off`, else `MINFER_BATCH=1/0`, else on: the load run measures it faster on the
+/// CPU (docs/SERVER.md); the design record's "the default follows the device".
 fn batch_arg(arg: Option<&str>) -> Result<bool, CliError> {
     match arg {
         Some(v) => Ok(v == "on"),
         None => match std::env::var("MINFER_BATCH").ok().as_deref() {
-            None | Some("") => Ok(false),
+            None | Some("") => Ok(true),
             Some("1") => Ok(true),
             Some("0") => Ok(false),
             Some(_) => Err(CliError::Usage("MINFER_BATCH must be 0 or 1")),

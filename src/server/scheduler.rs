@@ -2,7 +2,7 @@
 //! advances each round and no forward pass ever runs on the async runtime.
 //!
 //! The slots are sequences of one shared engine (their KV side by side). With batching on
-//! (`--batch on`; off by default, see docs/SERVER.md) a round is one forward pass: one token of every generating slot,
+//! (`--batch on`, the default; see docs/SERVER.md) a round is one forward pass: one token of every generating slot,
 //! and the rest of the `--ubatch` budget filled with prefill chunks of slots still reading
 //! their prompts. With it off, each busy slot gets a pass of its own per round. Either way a
 //! sequence's logits are the same bits (the kernels compute a token's row the same way whatever

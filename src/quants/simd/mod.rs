@@ -6,7 +6,10 @@
 //! * [`Isa`]: the instruction sets minfer has kernels for, [`active_isa`] (the best one this CPU
 //!   runs, after the `MINFER_NO_*` levers) and [`supported_isas`] (every one it can run).
 //! * [`Kernels`]: a handle on one ISA's kernels, proven runnable; [`Kernels::dot`] is the hot
-//!   call of the matrix multiply.
+//!   call of the matrix multiply. [`Kernels::dot_rows`] / [`Kernels::gemv_rows`] take one
+//!   weight row against a few tokens (batched decoding): on x86 the Q5_0, Q8_0, Q6_K and
+//!   repacked Q4_K kernels (`*_rows`) unpack each weight block once for up to four tokens and
+//!   keep every token's sum in its single dot's order, so each element has the dot's bits.
 //! * [`SimdDot`]: implemented by every weight block type; ties it to its kernel in each ISA.
 //! * [`vec_dot_row_isa`] / [`vec_dot_isa`]: checked one-off dots with an explicit ISA (tests).
 //! * `x86_avx2.rs`, `x86_avx512.rs`, `aarch64_neon.rs`: the kernels. `unsafe` lives only there.
