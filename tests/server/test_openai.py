@@ -371,6 +371,21 @@ class Batched(unittest.TestCase):
         self.assertEqual(after["minfer_cancelled_total"] - before["minfer_cancelled_total"], 1)
         self.assertEqual(answer(self.srv, *PROMPTS[1])[:3], self.alone[1], "the server answers as before")
 
+    def test_timeout_in_a_batch_leaves_the_other_unchanged(self):
+        srv = Server("--slots", "2", "--batch", "on", "--timeout", "5")
+        try:
+            alone = answer(srv, "1, 2, 3,", 8, cache=False)[:3]
+            with concurrent.futures.ThreadPoolExecutor(2) as ex:
+                long = ex.submit(srv.http, "POST", "/v1/completions",
+                                 {"prompt": "Write a very long story about a dragon.", "max_tokens": 2000, "temperature": 0})
+                time.sleep(0.3)
+                short = ex.submit(answer, srv, "1, 2, 3,", 8, False)
+                self.assertEqual(short.result()[:3], alone, "the sequence beside a timed-out one")
+                self.assertEqual(long.result()[0], 504)
+            self.assertEqual(srv.metrics()["minfer_timeouts_total"], 1)
+        finally:
+            srv.stop()
+
     def test_three_turn_chat_prefills_only_each_new_turn(self):
         self.srv.wait_idle(30)
         c = self.srv.client()
