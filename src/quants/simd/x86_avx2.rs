@@ -317,15 +317,17 @@ macro_rules! block32_kernels {
             d
         }
 
+        /// The body both `*_rows` kernels share: `unpack` gives a weight block's signed quants
+        /// and scale.
+        #[inline]
         #[target_feature(enable = $features)]
-        fn q5_0_rows<const N: usize>(w: &[BlockQ5_0], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+        fn b32_rows<W, const N: usize>(w: &[W], a: [&[BlockQ8_0]; N], unpack: impl Fn(&W) -> (__m256i, F16Le)) -> [f32; N] {
             let n = a.iter().fold(w.len(), |n, r| n.min(r.len()));
             let a = a.map(|r| &r[..n]);
             let mut acc = [_mm256_setzero_ps(); N];
             for (i, x) in w[..n].iter().enumerate() {
-                let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
-                let qx = _mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi);
-                let (ax, d) = (_mm256_sign_epi8(qx, qx), scales_x4(x.d, &a, i));
+                let (qx, wd) = unpack(x);
+                let (ax, d) = (_mm256_sign_epi8(qx, qx), scales_x4(wd, &a, i));
                 for r in 0..N {
                     let sy = _mm256_sign_epi8(ld256(&a[r][i].qs), qx);
                     acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), mul_sum_us8_pairs_float(ax, sy), acc[r]);
@@ -339,23 +341,16 @@ macro_rules! block32_kernels {
         }
 
         #[target_feature(enable = $features)]
+        fn q5_0_rows<const N: usize>(w: &[BlockQ5_0], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+            b32_rows(w, a, |x| {
+                let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
+                (_mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi), x.d)
+            })
+        }
+
+        #[target_feature(enable = $features)]
         fn q8_0_rows<const N: usize>(w: &[BlockQ8_0], a: [&[BlockQ8_0]; N]) -> [f32; N] {
-            let n = a.iter().fold(w.len(), |n, r| n.min(r.len()));
-            let a = a.map(|r| &r[..n]);
-            let mut acc = [_mm256_setzero_ps(); N];
-            for (i, x) in w[..n].iter().enumerate() {
-                let qx = ld256(&x.qs);
-                let (ax, d) = (_mm256_sign_epi8(qx, qx), scales_x4(x.d, &a, i));
-                for r in 0..N {
-                    let sy = _mm256_sign_epi8(ld256(&a[r][i].qs), qx);
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d[r]), mul_sum_us8_pairs_float(ax, sy), acc[r]);
-                }
-            }
-            let mut out = [0.0f32; N];
-            for r in 0..N {
-                out[r] = hsum_float_8(acc[r]);
-            }
-            out
+            b32_rows(w, a, |x| (ld256(&x.qs), x.d))
         }
     };
 }
@@ -614,12 +609,35 @@ pub(super) fn q5_k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     hsum_float_8(acc) + summs
 }
 
+/// A Q6_K block's 256 quants as 8 vectors of 32 unsigned 6-bit values: vector `4h + c` holds
+/// values `128h + 32c ..` (ggml's AVX2 unpack order).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_quants(x: &BlockQ6K) -> [__m256i; 8] {
+    let (m4, m3) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
+    let (ql, _) = x.ql.as_chunks::<32>();
+    let (qh, _) = x.qh.as_chunks::<32>();
+    let mut q = [_mm256_setzero_si256(); 8];
+    for h in 0..2 {
+        let b1 = ld256(&ql[2 * h]);
+        let b2 = ld256(&ql[2 * h + 1]);
+        let hb = ld256(&qh[h]);
+        let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3));
+        let h1 = _mm256_slli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(12)));
+        let h2 = _mm256_and_si256(hb, _mm256_set1_epi8(48));
+        let h3 = _mm256_srli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(-64)));
+        q[4 * h] = _mm256_or_si256(_mm256_and_si256(b1, m4), h0);
+        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(b2, m4), h1);
+        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4), h2);
+        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4), h3);
+    }
+    q
+}
+
 /// `ggml_vec_dot_q6_K_q8_K`: unsigned 6-bit quants, the `-32` applied per lane through
 /// `32 * (bsums · scales)` (lane `k` = sub-blocks `2k, 2k+1`), one `fma` per block.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m3 = _mm256_set1_epi8(3);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
         let d = y.d * f16x2(x.d, x.d).0;
@@ -627,26 +645,12 @@ pub(super) fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
         let sub = _mm256_madd_epi16(ld_bsums(&y.bsums), _mm256_cvtepi8_epi16(scales));
         let sub = _mm256_slli_epi32::<5>(sub);
         let sc = x.scales.map(i16::from);
-        let (ql, _) = x.ql.as_chunks::<32>();
-        let (qh, _) = x.qh.as_chunks::<32>();
+        let q = q6_quants(x);
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
-            let b1 = ld256(&ql[2 * h]);
-            let b2 = ld256(&ql[2 * h + 1]);
-            let hb = ld256(&qh[h]);
-            let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3));
-            let h1 = _mm256_slli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(12)));
-            let h2 = _mm256_and_si256(hb, _mm256_set1_epi8(48));
-            let h3 = _mm256_srli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(-64)));
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(b1, m4), h0),
-                _mm256_or_si256(_mm256_and_si256(b2, m4), h1),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4), h2),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4), h3),
-            ];
-            for (c, q) in q.into_iter().enumerate() {
+            for c in 0..4 {
                 let s = scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
-                sumi = _mm256_add_epi32(sumi, scaled_chunk(q, q8(y, 4 * h + c), s));
+                sumi = _mm256_add_epi32(sumi, scaled_chunk(q[4 * h + c], q8(y, 4 * h + c), s));
             }
         }
         let sumi = _mm256_sub_epi32(sumi, sub);
@@ -661,29 +665,12 @@ pub(super) fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
 pub(super) fn q6_k_rows<const N: usize>(w: &[BlockQ6K], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let n = a.iter().fold(w.len(), |n, r| n.min(r.len()));
     let a = a.map(|r| &r[..n]);
-    let m4 = _mm256_set1_epi8(0x0f);
-    let m3 = _mm256_set1_epi8(3);
     let mut acc = [_mm256_setzero_ps(); N];
     for (i, x) in w[..n].iter().enumerate() {
         let xd = f16x2(x.d, x.d).0;
         let scales = _mm256_cvtepi8_epi16(ld128(&x.scales));
         let sc = x.scales.map(i16::from);
-        let (ql, _) = x.ql.as_chunks::<32>();
-        let (qh, _) = x.qh.as_chunks::<32>();
-        let mut q = [_mm256_setzero_si256(); 8];
-        for h in 0..2 {
-            let b1 = ld256(&ql[2 * h]);
-            let b2 = ld256(&ql[2 * h + 1]);
-            let hb = ld256(&qh[h]);
-            let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m3));
-            let h1 = _mm256_slli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(12)));
-            let h2 = _mm256_and_si256(hb, _mm256_set1_epi8(48));
-            let h3 = _mm256_srli_epi16::<2>(_mm256_and_si256(hb, _mm256_set1_epi8(-64)));
-            q[4 * h] = _mm256_or_si256(_mm256_and_si256(b1, m4), h0);
-            q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(b2, m4), h1);
-            q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b1), m4), h2);
-            q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b2), m4), h3);
-        }
+        let q = q6_quants(x);
         for r in 0..N {
             let y = &a[r][i];
             let d = y.d * xd;
