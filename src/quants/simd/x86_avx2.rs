@@ -609,6 +609,23 @@ pub(super) fn q5_k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     hsum_float_8(acc) + summs
 }
 
+/// One Q6_K block against `y` as 8 exact i32 lanes (ggml's AVX2 order): the scaled chunks of
+/// `q` (from [`q6_quants`]; `sc` the 16 scales, `scales` the same as i16 lanes) summed, minus
+/// `32·Σ scale·bsum`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_lanes(q: &[__m256i; 8], sc: &[i16; 16], scales: __m256i, y: &BlockQ8K) -> __m256i {
+    let sub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(ld_bsums(&y.bsums), scales));
+    let mut sumi = _mm256_setzero_si256();
+    for h in 0..2 {
+        for c in 0..4 {
+            let s = scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
+            sumi = _mm256_add_epi32(sumi, scaled_chunk(q[4 * h + c], q8(y, 4 * h + c), s));
+        }
+    }
+    _mm256_sub_epi32(sumi, sub)
+}
+
 /// A Q6_K block's 256 quants as 8 vectors of 32 unsigned 6-bit values: vector `4h + c` holds
 /// values `128h + 32c ..` (ggml's AVX2 unpack order).
 #[inline]
@@ -641,19 +658,8 @@ pub(super) fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
         let d = y.d * f16x2(x.d, x.d).0;
-        let scales = ld128(&x.scales);
-        let sub = _mm256_madd_epi16(ld_bsums(&y.bsums), _mm256_cvtepi8_epi16(scales));
-        let sub = _mm256_slli_epi32::<5>(sub);
-        let sc = x.scales.map(i16::from);
-        let q = q6_quants(x);
-        let mut sumi = _mm256_setzero_si256();
-        for h in 0..2 {
-            for c in 0..4 {
-                let s = scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
-                sumi = _mm256_add_epi32(sumi, scaled_chunk(q[4 * h + c], q8(y, 4 * h + c), s));
-            }
-        }
-        let sumi = _mm256_sub_epi32(sumi, sub);
+        let scales = _mm256_cvtepi8_epi16(ld128(&x.scales));
+        let sumi = q6_lanes(&q6_quants(x), &x.scales.map(i16::from), scales, y);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_float_8(acc)
@@ -673,17 +679,8 @@ pub(super) fn q6_k_rows<const N: usize>(w: &[BlockQ6K], a: [&[BlockQ8K]; N]) -> 
         let q = q6_quants(x);
         for r in 0..N {
             let y = &a[r][i];
-            let d = y.d * xd;
-            let sub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(ld_bsums(&y.bsums), scales));
-            let mut sumi = _mm256_setzero_si256();
-            for h in 0..2 {
-                for c in 0..4 {
-                    let s = scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
-                    sumi = _mm256_add_epi32(sumi, scaled_chunk(q[4 * h + c], q8(y, 4 * h + c), s));
-                }
-            }
-            let sumi = _mm256_sub_epi32(sumi, sub);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            let sumi = q6_lanes(&q, &sc, scales, y);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * xd), _mm256_cvtepi32_ps(sumi), acc[r]);
         }
     }
     let mut out = [0.0f32; N];
