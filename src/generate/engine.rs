@@ -185,6 +185,8 @@ pub enum EngineError {
     ZeroContext,
     #[error("n_seq must be at least 1")]
     ZeroSequences,
+    #[error("{n_seq} sequences of {n_ctx} cells are more KV cells than this machine can count")]
+    TooManyCells { n_ctx: usize, n_seq: usize },
     #[error("sequence {seq} does not exist: the engine holds {n_seq}")]
     NoSequence { seq: usize, n_seq: usize },
     #[error("sequence {seq} appears twice in one batch")]
@@ -286,7 +288,7 @@ impl Engine {
         if p.n_seq == 0 {
             return Err(EngineError::ZeroSequences);
         }
-        let n_cells = p.n_ctx.checked_mul(p.n_seq).ok_or(EngineError::ZeroContext)?;
+        let n_cells = p.n_ctx.checked_mul(p.n_seq).ok_or(EngineError::TooManyCells { n_ctx: p.n_ctx, n_seq: p.n_seq })?;
         let (weights, pool) = (shared.weights.clone(), shared.pool.clone());
         let gpu = alloc.backends().iter().any(|&b| b != Backend::CPU);
         let cparams = CParams { n_ctx: n_cells, n_seq: p.n_seq, gpu, kv_type: p.kv_type };

@@ -214,15 +214,11 @@ fn run(setup: InferenceSetup, shared: EngineShared, drafts: Drafts, (mut engine,
             slots[i].start(tok, job, engine.as_mut(), round, metrics);
         }
         metrics.set_busy(slots.iter().filter(|s| s.busy()).count());
-        slots.iter_mut().for_each(|s| {
-            s.still_wanted(metrics);
-        });
-        match engine.as_mut() {
-            Some(e) => {
-                let broken = if batch { step_batched(e, &mut slots, metrics) } else { step_serial(e, &mut slots, metrics) };
-                if broken {
-                    engine = remake_shared(engine.take(), &make_shared, &mut slots);
-                }
+        slots.iter_mut().for_each(|s| s.drop_if_gone(metrics));
+        match engine.take() {
+            Some(mut e) => {
+                let broken = if batch { step_batched(&mut e, &mut slots, metrics) } else { step_serial(&mut e, &mut slots, metrics) };
+                engine = Some(if broken { remake_shared(e, &make_shared, &mut slots) } else { e });
             }
             None => slots.iter_mut().for_each(|s| s.step_own(metrics, &rebuild)),
         }
@@ -343,7 +339,7 @@ fn step_batched(engine: &mut Engine, slots: &mut [Slot<'_>], metrics: &Metrics) 
 
 /// After a panic: a new shared engine, with every busy slot's tokens evaluated into it again
 /// (idle slots lose their cached prompts). A slot whose tokens cannot be restored fails.
-fn remake_shared(old: Option<Engine>, make: &dyn Fn() -> Result<Engine, crate::generate::EngineError>, slots: &mut [Slot<'_>]) -> Option<Engine> {
+fn remake_shared(old: Engine, make: &dyn Fn() -> Result<Engine, crate::generate::EngineError>, slots: &mut [Slot<'_>]) -> Engine {
     let mut fresh = match make() {
         Ok(e) => e,
         Err(e) => {
@@ -351,7 +347,6 @@ fn remake_shared(old: Option<Engine>, make: &dyn Fn() -> Result<Engine, crate::g
             return old;
         }
     };
-    let old = old?;
     let ub = fresh.n_ubatch().max(1);
     for slot in slots.iter_mut().filter(|s| s.busy()) {
         let Some(seq) = seq_of(slot) else { continue };
@@ -361,5 +356,5 @@ fn remake_shared(old: Option<Engine>, make: &dyn Fn() -> Result<Engine, crate::g
             slot.failed(format!("restoring the sequence after a fault: {e}"));
         }
     }
-    Some(fresh)
+    fresh
 }

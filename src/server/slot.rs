@@ -189,21 +189,17 @@ impl<'t> Slot<'t> {
         }
     }
 
-    /// Ends the request if its client left or its time ran out; true if the slot still works.
-    pub fn still_wanted(&mut self, metrics: &Metrics) -> bool {
-        let Some(task) = self.task.as_ref() else { return false };
+    /// Ends the request if its client left or its time ran out.
+    pub fn drop_if_gone(&mut self, metrics: &Metrics) {
+        let Some(task) = self.task.as_ref() else { return };
         if task.job.abandoned() {
             metrics.cancelled();
             self.task = None;
-            return false;
-        }
-        if task.job.expired(Instant::now()) {
+        } else if task.job.expired(Instant::now()) {
             metrics.timed_out();
             let secs = task.job.timeout_secs;
             self.end(Event::Failed(ApiError::Timeout { secs }));
-            return false;
         }
-        true
     }
 
     /// The slot's next pass, its tokens at most `max_chunk` (`n_past` and `n_ctx`: its
