@@ -79,7 +79,7 @@ fn bench(c: &mut Criterion) {
                 cols,
             })
             .collect();
-        for nt in [1usize, 32] {
+        for nt in [1usize, 2, 4, 8, 16, 32] {
             let x: Vec<f32> = (0..nt * cols)
                 .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                 .collect();

@@ -7,6 +7,7 @@
 //! (x86) dots wherever AVX2 runs, since that is the order they promise.
 
 use minfer::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile, b32_cell_scalar, tile_scalar};
+use minfer::quants::gemm_pairs::{B32Pairs, PAIR_TOKENS};
 use minfer::quants::gemm_k::{K4Tile, K6Tile, K8Panel, q6k_cell_scalar};
 use minfer::quants::gemv::gemv_q4_k;
 use minfer::quants::simd::{Isa, Kernels};
@@ -109,6 +110,46 @@ fn q5_0_tiles_equal_twin_and_dots() {
 #[test]
 fn q8_0_tiles_equal_twin_and_dots() {
     b32_case::<BlockQ8_0>(0x7115_0002);
+}
+
+/// The few-token pair kernels (Q5_0, Q8_0 with up to 8 tokens, AVX-512 VNNI) against the
+/// scalar twin, bit for bit, for every token count and for 1, 2 and 17 rows; shapes that do
+/// not fit are refused with nothing written.
+fn b32_pairs_case<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(seed: u32) {
+    let Some(k) = Kernels::for_isa(Isa::Avx512).ok().filter(|k| k.has_pairs()) else {
+        println!("no AVX-512 VNNI on this CPU: the pair kernels are not checked");
+        return;
+    };
+    let mut rng = Rng(seed);
+    for rows in [1, 2, 17] {
+        for tokens in 1..=PAIR_TOKENS {
+            let cols = 7 * 32;
+            let (blocks, acts) = case::<W>(&mut rng, rows, cols, tokens);
+            let q8: Vec<&[BlockQ8_0]> = acts.iter().map(|a| BlockQ8_0::blocks_in(a).unwrap()).collect();
+            let what = format!("{} rows {rows} tokens {tokens}", W::TYPE);
+            let mut twin = outputs(tokens, rows);
+            tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut twin), b32_cell_scalar);
+            let g = B32Pairs::new(&q8, W::OFFSET).unwrap();
+            let mut simd = outputs(tokens, rows);
+            assert!(k.b32_pairs(&blocks, rows, &g, &mut pieces(&mut simd)), "{what}");
+            assert_eq!(bits(&simd), bits(&twin), "{what}: pairs vs scalar twin");
+            // A row count that does not match the blocks, or too few outputs: nothing written.
+            let mut none = outputs(tokens, rows);
+            assert!(!k.b32_pairs(&blocks, rows + 1, &g, &mut pieces(&mut none)), "{what}");
+            assert!(!k.b32_pairs(&blocks, rows, &g, &mut pieces(&mut none[..tokens - 1])), "{what}");
+            assert!(none.iter().flatten().all(|x| x.is_nan()), "{what}: refused but wrote");
+        }
+    }
+}
+
+#[test]
+fn q5_0_pairs_equal_twin() {
+    b32_pairs_case::<BlockQ5_0>(0x7115_0003);
+}
+
+#[test]
+fn q8_0_pairs_equal_twin() {
+    b32_pairs_case::<BlockQ8_0>(0x7115_0004);
 }
 
 fn f32_bits<const N: usize>(v: &[[f32; N]]) -> Vec<[u32; N]> {

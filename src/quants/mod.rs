@@ -40,6 +40,7 @@ pub mod dequant;
 pub mod dot;
 pub mod gemm;
 pub mod gemm_k;
+pub mod gemm_pairs;
 pub mod gemv;
 pub mod q8;
 mod scalars;

@@ -62,9 +62,10 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use super::blocks::*;
-use super::dequant::blocks_of;
+use super::dequant::{WeightBlock, blocks_of};
 use super::dot::VecDot;
-use super::gemm::{B32Panel, B32Tile, RowLaneTile};
+use super::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
+use super::gemm_pairs::B32Pairs;
 use super::gemm_k::{K4Tile, K6Tile, K8Panel};
 use super::q8::ActBlock;
 use super::scalars::{Bf16Le, F16Le, F32Le};
@@ -82,6 +83,8 @@ mod x86_avx512;
 mod x86_avx512_fill;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512_gemm;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512_pairs;
 
 /// An instruction set minfer has dot-product kernels for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -301,6 +304,35 @@ impl Kernels {
             Backend::Avx512(t) => t.b32_tile(tile, panel, out),
             #[cfg(target_arch = "x86_64")]
             Backend::Avx2(t) => t.b32_tile(tile, panel, out),
+            _ => false,
+        }
+    }
+
+    /// Whether [`Kernels::b32_pairs`] runs on this ISA (AVX-512 with VNNI).
+    pub fn has_pairs(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if let Backend::Avx512(_) = self.0 {
+            return true;
+        }
+        false
+    }
+
+    /// The few-token product of `n_rows` 32-value-block weight rows (`blocks`,
+    /// `[n_rows][per_row]`, Q5_0 or Q8_0) with up to 8 tokens laid out as [`B32Pairs`]:
+    /// `out[t][r]`, each element bit-identical to [`Kernels::dot`]. Returns `false`, writing
+    /// nothing, where this ISA has no pair kernel ([`Kernels::has_pairs`]), `W` has none, or
+    /// the shapes do not fit.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
+    pub fn b32_pairs<W: Block32Gemm + WeightBlock>(
+        &self,
+        blocks: &[W],
+        n_rows: usize,
+        pairs: &B32Pairs,
+        out: &mut [&mut [f32]],
+    ) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.b32_pairs(blocks, n_rows, pairs, out),
             _ => false,
         }
     }

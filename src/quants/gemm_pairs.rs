@@ -1,0 +1,131 @@
+//! Few-token products of 32-value-block weight rows (Q5_0, Q8_0): batched decoding, where a
+//! pass holds one token of each of 2–8 sequences.
+//!
+//! The row-lane tiles of [`gemm`](super::gemm) unpack their weight rows into memory once per
+//! call, which only pays off over many tokens. Here each weight block is unpacked into a
+//! register once and met by the tokens two at a time: a 512-bit register holds two tokens'
+//! quants ([`B32Pairs::y`]), the unsigned weight quants are broadcast to both halves, and one
+//! `vpdpbusd` gives both tokens' 8 lanes. What the tokens need per block is laid out once per
+//! matrix product, in the order the kernel reads it:
+//!
+//! * `y[b * pairs + p]`: the Q8_0 quants of tokens `2p` and `2p + 1` of block `b`;
+//! * `corr[b * pairs + p]`: their lanes' offset corrections `-OFFSET * Σ y[4k..4k+4]`, so that
+//!   `corr + Σ u * y = Σ (u - OFFSET) * y = Σ q * y` exactly (as [`B32Panel`](super::gemm::B32Panel));
+//! * `da[b]`: the tokens' scales as f32 (the product with the weight scale is rounded once, as
+//!   `f16_mul` in the dots).
+//!
+//! Each token's 8 lanes then take `fma(d_w * d_a, lane, acc)` block after block and end in
+//! `hsum_float_8`: the single dot's order, so every element has its bits. A token count that is
+//! odd leaves the second half of the last pair zero (its sums are computed and dropped).
+
+use super::BlockQ8_0;
+
+/// Most tokens one [`B32Pairs`] holds (4 registers of two).
+pub const PAIR_TOKENS: usize = 8;
+
+/// The activations of up to [`PAIR_TOKENS`] tokens laid out for the pair kernels (see the
+/// module documentation).
+#[derive(Debug, Clone, Default)]
+pub struct B32Pairs {
+    /// Blocks per token row.
+    pub per_row: usize,
+    /// Tokens held, `1..=PAIR_TOKENS`.
+    pub tokens: usize,
+    /// `tokens.div_ceil(2)`.
+    pub pairs: usize,
+    /// `[per_row][pairs]`: two tokens' 32 quants each.
+    pub y: Vec<[i8; 64]>,
+    /// `[per_row][pairs]`: two tokens' 8 lane corrections each.
+    pub corr: Vec<[i32; 16]>,
+    /// `[per_row]`: every token's scale (0 past `tokens`).
+    pub da: Vec<[f32; PAIR_TOKENS]>,
+}
+
+impl B32Pairs {
+    /// The layout of `acts` (1 to [`PAIR_TOKENS`] rows of Q8_0 blocks, all of the same length)
+    /// for weights of offset `off`; `None` for any other count or unequal rows.
+    pub fn new(acts: &[&[BlockQ8_0]], off: i32) -> Option<B32Pairs> {
+        let tokens = acts.len();
+        let per_row = acts.first()?.len();
+        if tokens > PAIR_TOKENS || acts.iter().any(|a| a.len() != per_row) {
+            return None;
+        }
+        let pairs = tokens.div_ceil(2);
+        let mut g = B32Pairs {
+            per_row,
+            tokens,
+            pairs,
+            y: vec![[0; 64]; per_row * pairs],
+            corr: vec![[0; 16]; per_row * pairs],
+            da: vec![[0.0; PAIR_TOKENS]; per_row],
+        };
+        for (t, row) in acts.iter().enumerate() {
+            let (p, half) = (t / 2, t % 2);
+            for (b, blk) in row.iter().enumerate() {
+                let slot = b * pairs + p;
+                g.y[slot][32 * half..32 * half + 32].copy_from_slice(&blk.qs);
+                for k in 0..8 {
+                    let sum: i32 = blk.qs[4 * k..4 * k + 4].iter().map(|&q| i32::from(q)).sum();
+                    g.corr[slot][8 * half + k] = -off * sum;
+                }
+                g.da[b][t] = blk.d.to_f32();
+            }
+        }
+        Some(g)
+    }
+
+    /// Whether a pair kernel may run `n_rows` weight rows of `blocks` (`[n_rows][per_row]`)
+    /// against these tokens into `out`: a piece of at least `n_rows` values for every token,
+    /// rows as long as the tokens', and the layout's vectors of their stated sizes.
+    pub fn fits<B>(&self, blocks: &[B], n_rows: usize, out: &[&mut [f32]]) -> bool {
+        let slots = self.per_row * self.pairs;
+        (1..=PAIR_TOKENS).contains(&self.tokens)
+            && self.pairs == self.tokens.div_ceil(2)
+            && self.y.len() == slots
+            && self.corr.len() == slots
+            && self.da.len() == self.per_row
+            && n_rows.checked_mul(self.per_row) == Some(blocks.len())
+            && out.len() >= self.tokens
+            && out[..self.tokens].iter().all(|o| o.len() >= n_rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quants::F16Le;
+
+    fn block(seed: i32) -> BlockQ8_0 {
+        BlockQ8_0 {
+            d: F16Le::from_f32(0.25 * (seed + 1) as f32),
+            qs: std::array::from_fn(|i| ((seed * 37 + i as i32 * 11) % 255 - 127) as i8),
+        }
+    }
+
+    #[test]
+    fn layout_pairs_tokens_and_zeroes_the_odd_half() {
+        let rows: Vec<Vec<BlockQ8_0>> = (0..3).map(|t| (0..2).map(|b| block(10 * t + b)).collect()).collect();
+        let acts: Vec<&[BlockQ8_0]> = rows.iter().map(|r| r.as_slice()).collect();
+        let g = B32Pairs::new(&acts, 16).unwrap();
+        assert_eq!((g.tokens, g.pairs, g.per_row), (3, 2, 2));
+        // block 1, pair 1: token 2 in the low half, nothing in the high half
+        let slot = 2 + 1;
+        assert_eq!(&g.y[slot][..32], &rows[2][1].qs[..]);
+        assert_eq!(&g.y[slot][32..], &[0i8; 32][..]);
+        let q = &rows[2][1].qs;
+        assert_eq!(g.corr[slot][5], -16 * (i32::from(q[20]) + i32::from(q[21]) + i32::from(q[22]) + i32::from(q[23])));
+        assert_eq!(&g.corr[slot][8..], &[0; 8][..]);
+        // block 0, pair 0: token 1 in the high half
+        assert_eq!(&g.y[0][32..], &rows[1][0].qs[..]);
+        assert_eq!(g.da[1][..4], [rows[0][1].d.to_f32(), rows[1][1].d.to_f32(), rows[2][1].d.to_f32(), 0.0]);
+    }
+
+    #[test]
+    fn counts_outside_one_to_eight_or_ragged_rows_are_refused() {
+        let row = vec![block(1); 3];
+        assert!(B32Pairs::new(&[], 16).is_none());
+        assert!(B32Pairs::new(&[row.as_slice(); 9], 16).is_none());
+        assert!(B32Pairs::new(&[row.as_slice(), &row[..2]], 16).is_none());
+        assert!(B32Pairs::new(&[row.as_slice(); 8], 128).is_some());
+    }
+}
