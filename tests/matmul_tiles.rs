@@ -7,7 +7,7 @@
 //! (x86) dots wherever AVX2 runs, since that is the order they promise.
 
 use minfer::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile, b32_cell_scalar, tile_scalar};
-use minfer::quants::gemm_pairs::{B32Pairs, PAIR_TOKENS};
+use minfer::quants::gemm_pairs::{B32Pairs, K8Pairs, PAIR_TOKENS};
 use minfer::quants::gemm_k::{K4Tile, K6Tile, K8Panel, q6k_cell_scalar};
 use minfer::quants::gemv::gemv_q4_k;
 use minfer::quants::simd::{Isa, Kernels};
@@ -144,12 +144,12 @@ fn b32_pairs_case<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(seed: u32) {
 
 #[test]
 fn q5_0_pairs_equal_twin() {
-    b32_pairs_case::<BlockQ5_0>(0x7115_0003);
+    b32_pairs_case::<BlockQ5_0>(0x7115_0005);
 }
 
 #[test]
 fn q8_0_pairs_equal_twin() {
-    b32_pairs_case::<BlockQ8_0>(0x7115_0004);
+    b32_pairs_case::<BlockQ8_0>(0x7115_0006);
 }
 
 fn f32_bits<const N: usize>(v: &[[f32; N]]) -> Vec<[u32; N]> {
@@ -232,6 +232,47 @@ fn k_quant_tiles_equal_twin_and_dots() {
                 assert!(k.k6_tile(&t6, &p6, &mut pieces(&mut simd6)));
                 assert_eq!(bits(&simd6), bits(&twin6), "{isa:?} Q6_K rows {rows} tokens {tokens}");
             }
+        }
+    }
+}
+
+/// The K-quant pair kernels (Q4_K in the repacked gemv order, Q6_K in vec_dot's; up to 8
+/// tokens, AVX-512 VNNI) against the scalar twins, bit for bit, for every token count and for
+/// 1, 2 and 17 rows; shapes that do not fit are refused with nothing written.
+#[test]
+fn k_quant_pairs_equal_twin() {
+    let Some(k) = Kernels::for_isa(Isa::Avx512).ok().filter(|k| k.has_pairs()) else {
+        println!("no AVX-512 VNNI on this CPU: the pair kernels are not checked");
+        return;
+    };
+    let mut rng = Rng(0x7115_0007);
+    for rows in [1, 2, 17] {
+        for tokens in 1..=PAIR_TOKENS {
+            let cols = 3 * QK_K;
+            let per_row = cols / QK_K;
+            let (q4, acts4) = case::<BlockQ4K>(&mut rng, rows, cols, tokens);
+            let (q6, acts6) = case::<BlockQ6K>(&mut rng, rows, cols, tokens);
+            let a4: Vec<&[BlockQ8K]> = acts4.iter().map(|a| BlockQ8K::blocks_in(a).unwrap()).collect();
+            let a6: Vec<&[BlockQ8K]> = acts6.iter().map(|a| BlockQ8K::blocks_in(a).unwrap()).collect();
+            let (g4, g6) = (K8Pairs::new(&a4).unwrap(), K8Pairs::new(&a6).unwrap());
+            let what = format!("rows {rows} tokens {tokens}");
+
+            let mut twin4 = outputs(tokens, rows);
+            tile_scalar(&q4, per_row, &a4, &mut pieces(&mut twin4), gemv_q4_k);
+            let mut simd4 = outputs(tokens, rows);
+            assert!(k.k4_gemv_pairs(&q4, rows, &g4, &mut pieces(&mut simd4)), "Q4_K {what}");
+            assert_eq!(bits(&simd4), bits(&twin4), "Q4_K {what}: pairs vs scalar twin");
+
+            let mut twin6 = outputs(tokens, rows);
+            tile_scalar(&q6, per_row, &a6, &mut pieces(&mut twin6), q6k_cell_scalar);
+            let mut simd6 = outputs(tokens, rows);
+            assert!(k.k6_pairs(&q6, rows, &g6, &mut pieces(&mut simd6)), "Q6_K {what}");
+            assert_eq!(bits(&simd6), bits(&twin6), "Q6_K {what}: pairs vs scalar twin");
+
+            let mut none = outputs(tokens, rows);
+            assert!(!k.k4_gemv_pairs(&q4, rows + 1, &g4, &mut pieces(&mut none)), "Q4_K {what}");
+            assert!(!k.k6_pairs(&q6, rows, &g6, &mut pieces(&mut none[..tokens - 1])), "Q6_K {what}");
+            assert!(none.iter().flatten().all(|x| x.is_nan()), "{what}: refused but wrote");
         }
     }
 }

@@ -17,8 +17,14 @@
 //! Each token's 8 lanes then take `fma(d_w * d_a, lane, acc)` block after block and end in
 //! `hsum_float_8`: the single dot's order, so every element has its bits. A token count that is
 //! odd leaves the second half of the last pair zero (its sums are computed and dropped).
+//!
+//! The K-quants (Q8_K activations, [`K8Pairs`]) pair the tokens the same way, chunk by chunk of
+//! 32 values: Q6_K keeps `ggml_vec_dot_q6_K_q8_K`'s 8 lanes per token, Q4_K's repacked gemv
+//! order needs each token's two integers per super-block (see
+//! [`gemm_k`](super::gemm_k)), summed across the lanes (exact, so in any order) and then
+//! scaled for all tokens at once.
 
-use super::BlockQ8_0;
+use super::{BlockQ8_0, BlockQ8K};
 
 /// Most tokens one [`B32Pairs`] holds (4 registers of two).
 pub const PAIR_TOKENS: usize = 8;
@@ -90,6 +96,75 @@ impl B32Pairs {
     }
 }
 
+/// The Q8_K activations of up to [`PAIR_TOKENS`] tokens laid out for the K-quant pair
+/// kernels: with `s` a super-block, `c` one of its 8 chunks of 32 values and `p` a pair,
+///
+/// * `y[(s * 8 + c) * pairs + p]`: chunk `c` of tokens `2p` and `2p + 1`;
+/// * `bsums[s * pairs + p]`: the two tokens' 16 sums of 16 values (Q6_K's correction);
+/// * `bs32[s]`: every token's 8 sums of 32 values, token `t` at `8t..8t + 8` (Q4_K's mins;
+///   i16 pairs added wrapping, as ggml's `hadd_epi16`);
+/// * `da[s]`: every token's scale (0 past `tokens`).
+#[derive(Debug, Clone, Default)]
+pub struct K8Pairs {
+    pub per_row: usize,
+    pub tokens: usize,
+    pub pairs: usize,
+    pub y: Vec<[i8; 64]>,
+    pub bsums: Vec<[i16; 32]>,
+    pub bs32: Vec<[i16; 8 * PAIR_TOKENS]>,
+    pub da: Vec<[f32; PAIR_TOKENS]>,
+}
+
+impl K8Pairs {
+    /// The layout of `acts` (1 to [`PAIR_TOKENS`] rows of Q8_K blocks, all of the same length);
+    /// `None` for any other count or unequal rows.
+    pub fn new(acts: &[&[BlockQ8K]]) -> Option<K8Pairs> {
+        let tokens = acts.len();
+        let per_row = acts.first()?.len();
+        if tokens > PAIR_TOKENS || acts.iter().any(|a| a.len() != per_row) {
+            return None;
+        }
+        let pairs = tokens.div_ceil(2);
+        let mut g = K8Pairs {
+            per_row,
+            tokens,
+            pairs,
+            y: vec![[0; 64]; per_row * 8 * pairs],
+            bsums: vec![[0; 32]; per_row * pairs],
+            bs32: vec![[0; 8 * PAIR_TOKENS]; per_row],
+            da: vec![[0.0; PAIR_TOKENS]; per_row],
+        };
+        for (t, row) in acts.iter().enumerate() {
+            let (p, half) = (t / 2, t % 2);
+            for (s, blk) in row.iter().enumerate() {
+                for (c, chunk) in blk.qs.chunks_exact(32).enumerate() {
+                    g.y[(s * 8 + c) * pairs + p][32 * half..32 * half + 32].copy_from_slice(chunk);
+                }
+                g.bsums[s * pairs + p][16 * half..16 * half + 16].copy_from_slice(&blk.bsums);
+                for j in 0..8 {
+                    g.bs32[s][8 * t + j] = blk.bsums[2 * j].wrapping_add(blk.bsums[2 * j + 1]);
+                }
+                g.da[s][t] = blk.d;
+            }
+        }
+        Some(g)
+    }
+
+    /// As [`B32Pairs::fits`], for super-blocks.
+    pub fn fits<B>(&self, blocks: &[B], n_rows: usize, out: &[&mut [f32]]) -> bool {
+        let slots = self.per_row * self.pairs;
+        (1..=PAIR_TOKENS).contains(&self.tokens)
+            && self.pairs == self.tokens.div_ceil(2)
+            && self.y.len() == 8 * slots
+            && self.bsums.len() == slots
+            && self.bs32.len() == self.per_row
+            && self.da.len() == self.per_row
+            && n_rows.checked_mul(self.per_row) == Some(blocks.len())
+            && out.len() >= self.tokens
+            && out[..self.tokens].iter().all(|o| o.len() >= n_rows)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +193,29 @@ mod tests {
         // block 0, pair 0: token 1 in the high half
         assert_eq!(&g.y[0][32..], &rows[1][0].qs[..]);
         assert_eq!(g.da[1][..4], [rows[0][1].d.to_f32(), rows[1][1].d.to_f32(), rows[2][1].d.to_f32(), 0.0]);
+    }
+
+    #[test]
+    fn k8_layout_pairs_chunks_and_sums() {
+        let blk = |seed: i32| {
+            let qs: [i8; 256] = std::array::from_fn(|i| ((seed * 53 + i as i32 * 7) % 255 - 127) as i8);
+            let bsums = std::array::from_fn(|k| qs[16 * k..16 * k + 16].iter().map(|&q| i16::from(q)).sum());
+            BlockQ8K { d: 0.5 + seed as f32, qs, bsums }
+        };
+        let rows: Vec<Vec<BlockQ8K>> = (0..3).map(|t| (0..2).map(|s| blk(10 * t + s)).collect()).collect();
+        let acts: Vec<&[BlockQ8K]> = rows.iter().map(|r| r.as_slice()).collect();
+        let g = K8Pairs::new(&acts).unwrap();
+        assert_eq!((g.tokens, g.pairs, g.per_row, g.y.len()), (3, 2, 2, 2 * 8 * 2));
+        // super-block 1, chunk 5, pair 0: token 1 in the high half
+        assert_eq!(&g.y[(8 + 5) * 2][32..], &rows[1][1].qs[160..192]);
+        // super-block 1, pair 1: token 2's bsums low, nothing high
+        assert_eq!(&g.bsums[2 + 1][..16], &rows[2][1].bsums[..]);
+        assert_eq!(&g.bsums[2 + 1][16..], &[0i16; 16][..]);
+        let b = &rows[2][0].bsums;
+        assert_eq!(g.bs32[0][8 * 2 + 3], b[6] + b[7]);
+        assert_eq!(&g.bs32[0][24..], &[0i16; 40][..]);
+        assert_eq!(g.da[1][..4], [rows[0][1].d, rows[1][1].d, rows[2][1].d, 0.0]);
+        assert!(K8Pairs::new(&[&rows[0][..], &rows[1][..1]]).is_none());
     }
 
     #[test]

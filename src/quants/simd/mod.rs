@@ -65,7 +65,7 @@ use super::blocks::*;
 use super::dequant::{WeightBlock, blocks_of};
 use super::dot::VecDot;
 use super::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
-use super::gemm_pairs::B32Pairs;
+use super::gemm_pairs::{B32Pairs, K8Pairs};
 use super::gemm_k::{K4Tile, K6Tile, K8Panel};
 use super::q8::ActBlock;
 use super::scalars::{Bf16Le, F16Le, F32Le};
@@ -308,7 +308,8 @@ impl Kernels {
         }
     }
 
-    /// Whether [`Kernels::b32_pairs`] runs on this ISA (AVX-512 with VNNI).
+    /// Whether [`Kernels::b32_pairs`], [`Kernels::k4_gemv_pairs`] and [`Kernels::k6_pairs`]
+    /// run on this ISA (AVX-512 with VNNI).
     pub fn has_pairs(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         if let Backend::Avx512(_) = self.0 {
@@ -333,6 +334,28 @@ impl Kernels {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => t.b32_pairs(blocks, n_rows, pairs, out),
+            _ => false,
+        }
+    }
+
+    /// [`Kernels::b32_pairs`] for Q4_K rows in ggml's repacked gemv order (each element
+    /// bit-identical to [`Kernels::gemv`]), the tokens laid out as [`K8Pairs`].
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
+    pub fn k4_gemv_pairs(&self, blocks: &[BlockQ4K], n_rows: usize, pairs: &K8Pairs, out: &mut [&mut [f32]]) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.k4_gemv_pairs(blocks, n_rows, pairs, out),
+            _ => false,
+        }
+    }
+
+    /// [`Kernels::b32_pairs`] for Q6_K rows (each element bit-identical to [`Kernels::dot`]),
+    /// the tokens laid out as [`K8Pairs`].
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
+    pub fn k6_pairs(&self, blocks: &[BlockQ6K], n_rows: usize, pairs: &K8Pairs, out: &mut [&mut [f32]]) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.k6_pairs(blocks, n_rows, pairs, out),
             _ => false,
         }
     }

@@ -630,7 +630,7 @@ fn q6_lanes(q: &[__m256i; 8], sc: &[i16; 16], scales: __m256i, y: &BlockQ8K) -> 
 /// values `128h + 32c ..` (ggml's AVX2 unpack order).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6_quants(x: &BlockQ6K) -> [__m256i; 8] {
+pub(super) fn q6_quants(x: &BlockQ6K) -> [__m256i; 8] {
     let (m4, m3) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
     let (ql, _) = x.ql.as_chunks::<32>();
     let (qh, _) = x.qh.as_chunks::<32>();

@@ -1,16 +1,17 @@
 //! x86-64 AVX-512 + VNNI pair kernels of the few-token products (see
-//! [`gemm_pairs`](crate::quants::gemm_pairs)): each weight block unpacked once into a register
+//! [`gemm_pairs`](crate::quants::gemm_pairs)): each weight block unpacked once into registers
 //! and met by up to 8 tokens, two per 512-bit register; every element bit-identical to the
-//! single dot of `x86_avx512.rs` (and to [`b32_cell_scalar`](crate::quants::gemm::b32_cell_scalar)).
+//! single-token kernel of its type (twins: [`b32_cell_scalar`](crate::quants::gemm::b32_cell_scalar),
+//! [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k), [`q6k_cell_scalar`](crate::quants::gemm_k::q6k_cell_scalar)).
 
 use std::arch::x86_64::*;
 
-use super::x86_avx2::{hsum_float_8, ld128};
+use super::x86_avx2::{hsum_float_8, ld128, ld256, q6_quants};
 use super::x86_avx512::Avx512;
-use crate::quants::blocks::{BlockQ5_0, BlockQ8_0};
+use crate::quants::blocks::{BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, k4_scales_mins};
 use crate::quants::dequant::WeightBlock;
 use crate::quants::gemm::Block32Gemm;
-use crate::quants::gemm_pairs::B32Pairs;
+use crate::quants::gemm_pairs::{B32Pairs, K8Pairs, PAIR_TOKENS};
 use crate::quants::{F16Le, GgmlType};
 
 /// The weight scale broadcast to 8 lanes as f32 (`vpbroadcastw` + `vcvtph2ps`).
@@ -20,24 +21,25 @@ fn scale8(d: F16Le) -> __m256 {
     _mm256_cvtph_ps(_mm_set1_epi16(d.to_bits() as i16))
 }
 
-/// Q5_0's 32 unsigned quants `nibble | bit << 4` (= q + 16) in value order: low nibbles then
-/// high nibbles, byte `i` taking bit `i` of `qh`.
+/// Q5_0's 32 unsigned quants `nibble | bit << 4` (= q + 16) in value order (low nibbles then
+/// high nibbles, byte `i` taking bit `i` of `qh`), in both 256-bit halves: the 16 packed bytes
+/// broadcast to the four 128-bit chunks, chunks 1 and 3 shifted to their high nibbles.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn unpack_q5_0(x: &BlockQ5_0) -> __m256i {
-    let t = ld128(&x.qs);
-    let nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(t), t), _mm256_set1_epi8(0x0f));
-    let high = _cvtu32_mask32(u32::from_le_bytes(x.qh));
-    _mm256_mask_add_epi8(nib, high, nib, _mm256_set1_epi8(0x10))
+fn unpack_q5_0(x: &BlockQ5_0) -> __m512i {
+    let packed = _mm512_broadcast_i32x4(ld128(&x.qs));
+    let shifts = _mm512_set_epi64(0x0004_0004_0004_0004, 0x0004_0004_0004_0004, 0, 0, 0x0004_0004_0004_0004, 0x0004_0004_0004_0004, 0, 0);
+    let nib = _mm512_and_si512(_mm512_srlv_epi16(packed, shifts), _mm512_set1_epi8(0x0f));
+    let qh = u64::from(u32::from_le_bytes(x.qh));
+    _mm512_mask_add_epi8(nib, _cvtu64_mask64(qh | qh << 32), nib, _mm512_set1_epi8(0x10))
 }
 
-/// Q8_0's 32 quants as unsigned `q + 128`.
+/// Q8_0's 32 quants as unsigned `q + 128`, in both 256-bit halves.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn unpack_q8_0(x: &BlockQ8_0) -> __m256i {
-    // SAFETY: `qs` is 32 readable bytes; loadu needs no alignment.
-    let q = unsafe { _mm256_loadu_si256(x.qs.as_ptr().cast()) };
-    _mm256_xor_si256(q, _mm256_set1_epi8(-128))
+fn unpack_q8_0(x: &BlockQ8_0) -> __m512i {
+    let q = _mm512_broadcast_i64x4(ld256(&x.qs));
+    _mm512_xor_si512(q, _mm512_set1_epi8(-128))
 }
 
 /// The permutation that spreads the tokens' scale products `d[2p]` over lanes 0..8 and
@@ -85,7 +87,7 @@ macro_rules! pairs_kernel {
                     // The weights stream from memory once per call: ask for them ahead of
                     // this block (a prefetch never faults, so past the end is harmless).
                     _mm_prefetch::<_MM_HINT_T0>((x as *const $w).cast::<i8>().wrapping_add(PREFETCH_BYTES));
-                    let u = _mm512_broadcast_i64x4($unpack(x));
+                    let u = $unpack(x);
                     // SAFETY: `da[b]` is 8 readable f32; loadu needs no alignment.
                     let da8 = unsafe { _mm256_loadu_ps(da[b].as_ptr()) };
                     let d16 = _mm512_zextps256_ps512(_mm256_mul_ps(scale8(x.d), da8));
@@ -152,6 +154,204 @@ impl Avx512 {
             },
             _ => return false,
         }
+        true
+    }
+}
+
+// ---- K-quants (Q8_K activations, see `K8Pairs`)
+
+/// Asks for the `BYTES` bytes of a weight block [`PREFETCH_BYTES`] ahead of `x`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn prefetch_block<T, const BYTES: usize>(x: &T) {
+    let at = (x as *const T).cast::<i8>().wrapping_add(PREFETCH_BYTES);
+    let mut off = 0;
+    while off < BYTES {
+        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off));
+        off += 64;
+    }
+}
+
+/// One 32-value chunk of two tokens (`y`, 64 bytes) times the broadcast unsigned quants `q`,
+/// each i16 pair times its scale in `sc`, added to `acc`: `maddubs` (pairs of at most
+/// 2·63·127, no saturation) then `vpdpwssd`, the same integers as ggml's `madd(sc, maddubs)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn scaled_pair_chunk(acc: __m512i, q: __m512i, y: &[i8; 64], sc: __m512i) -> __m512i {
+    // SAFETY: `y` is 64 readable bytes; loadu needs no alignment.
+    let y = unsafe { _mm512_loadu_si512(y.as_ptr().cast()) };
+    _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, y), sc)
+}
+
+/// Per 128-bit chunk `c` of `g` and `h` (4 i32 lanes each), the sums of its lanes: result lane
+/// `c` = chunk `c` of `g`, lane `4 + c` = chunk `c` of `h` (exact, wrapping i32 sums).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn chunk_sums(g: __m512i, h: __m512i) -> __m256i {
+    // per chunk: [g0+g2, h0+h2, g1+g3, h1+h3], then lane 0 = Σg, lane 1 = Σh
+    let s = _mm512_add_epi32(_mm512_unpacklo_epi32(g, h), _mm512_unpackhi_epi32(g, h));
+    let s = _mm512_add_epi32(s, _mm512_shuffle_epi32::<0b01_00_11_10>(s));
+    let idx = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
+    _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, s))
+}
+
+/// The 8 i32 lanes of each token in `sums` (pair `p`: token `2p` in lanes 0..8, `2p + 1` in
+/// 8..16) summed: lane `t` of the result is token `t`'s sum (0 for pairs past `P`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn token_sums<const P: usize>(sums: &[__m512i; P]) -> __m256i {
+    let mut f = [_mm512_setzero_si512(); 4];
+    for p in 0..P {
+        // chunk 0 += chunk 1 (token 2p), chunk 2 += chunk 3 (token 2p + 1)
+        f[p] = _mm512_add_epi32(sums[p], _mm512_shuffle_i32x4::<0b10_11_00_01>(sums[p], sums[p]));
+    }
+    // chunks: tokens 0, 1, 2, 3 and 4, 5, 6, 7, four partial lanes each
+    let g = _mm512_shuffle_i32x4::<0b10_00_10_00>(f[0], f[1]);
+    let h = _mm512_shuffle_i32x4::<0b10_00_10_00>(f[2], f[3]);
+    chunk_sums(g, h)
+}
+
+/// Writes lane `t` of `v` to `out[t][r]` for the tokens held.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn store_tokens(v: __m256, tokens: usize, out: &mut [&mut [f32]], r: usize) {
+    let mut lanes = [0.0f32; PAIR_TOKENS];
+    // SAFETY: `lanes` is 8 writable f32; storeu needs no alignment.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+    for (o, &x) in out[..tokens].iter_mut().zip(&lanes) {
+        o[r] = x;
+    }
+}
+
+/// Q4_K rows in ggml's repacked gemv order against `P` pairs of tokens: per super-block each
+/// token's `dot = Σ_j sc_j (q_j · a_j)` and `min = Σ_j m_j bsum32_j` (exact integers), then for
+/// all tokens at once `acc = fma(dot, d_w * d_a, acc)`, `acc_min = fma(min, dmin_w * d_a,
+/// acc_min)`; result `acc - acc_min`, as [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q4_k_gemv_pairs<const P: usize>(blocks: &[BlockQ4K], g: &K8Pairs, out: &mut [&mut [f32]]) {
+    let n = g.per_row;
+    let (y, bs32, da) = (&g.y[..n * 8 * P], &g.bs32[..n], &g.da[..n]);
+    let m4 = _mm256_set1_epi8(0x0f);
+    for (r, row) in blocks.chunks_exact(n).enumerate() {
+        let (mut acc, mut acc_min) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for (s, x) in row.iter().enumerate() {
+            prefetch_block::<BlockQ4K, 144>(x);
+            let (sc, m) = k4_scales_mins(&x.scales);
+            let (qs, _) = x.qs.as_chunks::<32>();
+            let mut q = [_mm512_setzero_si512(); 8];
+            for (c, bits) in qs.iter().enumerate() {
+                let bits = ld256(bits);
+                q[2 * c] = _mm512_broadcast_i64x4(_mm256_and_si256(bits, m4));
+                q[2 * c + 1] = _mm512_broadcast_i64x4(_mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4));
+            }
+            let mut sums = [_mm512_setzero_si512(); P];
+            for j in 0..8 {
+                let scale = _mm512_set1_epi16(i16::from(sc[j]));
+                for (p, sum) in sums.iter_mut().enumerate() {
+                    *sum = scaled_pair_chunk(*sum, q[j], &y[(s * 8 + j) * P + p], scale);
+                }
+            }
+            let dot = token_sums(&sums);
+            // each token's 8 sums of 32 against the 8 mins (one token per 128-bit chunk)
+            let mins = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi64x(0, i64::from_le_bytes(m))));
+            // SAFETY: `bs32[s]` is 64 readable i16; loadu needs no alignment.
+            let (b0, b1) = unsafe {
+                (_mm512_loadu_si512(bs32[s].as_ptr().cast()), _mm512_loadu_si512(bs32[s][32..].as_ptr().cast()))
+            };
+            let min = chunk_sums(_mm512_madd_epi16(b0, mins), _mm512_madd_epi16(b1, mins));
+            // SAFETY: `da[s]` is 8 readable f32; loadu needs no alignment.
+            let da8 = unsafe { _mm256_loadu_ps(da[s].as_ptr()) };
+            let d = _mm256_mul_ps(scale8(x.d), da8);
+            let dmin = _mm256_mul_ps(scale8(x.dmin), da8);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), d, acc);
+            acc_min = _mm256_fmadd_ps(_mm256_cvtepi32_ps(min), dmin, acc_min);
+        }
+        store_tokens(_mm256_sub_ps(acc, acc_min), g.tokens, out, r);
+    }
+}
+
+/// `vpermw` indices spreading scale `2j` over i16 lanes 0..8 and `2j + 1` over 8..16 of each
+/// 256-bit half (a Q6_K chunk's two 16-value scales, for both tokens of a pair).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q6_scale_index(j: usize) -> __m512i {
+    let (a, b) = ((2 * j) as i16, (2 * j + 1) as i16);
+    let half = _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a));
+    _mm512_broadcast_i64x4(half)
+}
+
+/// Q6_K rows in `ggml_vec_dot_q6_K_q8_K`'s order against `P` pairs of tokens: each token's 8
+/// lanes `Σ_c sc·(q · a) - 32 (bsums · scales)`, `acc = fma(d_a * d_w, lane, acc)` per
+/// super-block, `hsum_float_8` at the end (as [`q6k_cell_scalar`](crate::quants::gemm_k::q6k_cell_scalar)).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q6_k_pairs<const P: usize>(blocks: &[BlockQ6K], g: &K8Pairs, out: &mut [&mut [f32]]) {
+    let n = g.per_row;
+    let (y, bsums, da) = (&g.y[..n * 8 * P], &g.bsums[..n * P], &g.da[..n]);
+    let mut idx = [_mm512_setzero_si512(); P];
+    for (p, i) in idx.iter_mut().enumerate() {
+        *i = pair_index(p);
+    }
+    let mut sc_idx = [_mm512_setzero_si512(); 8];
+    for (j, i) in sc_idx.iter_mut().enumerate() {
+        *i = q6_scale_index(j);
+    }
+    for (r, row) in blocks.chunks_exact(n).enumerate() {
+        let mut acc = [_mm512_setzero_ps(); P];
+        for (s, x) in row.iter().enumerate() {
+            prefetch_block::<BlockQ6K, 210>(x);
+            let q6 = q6_quants(x);
+            let mut q = [_mm512_setzero_si512(); 8];
+            for (q, &v) in q.iter_mut().zip(&q6) {
+                // (a loop, not `map`: a closure does not inherit the target features)
+                *q = _mm512_broadcast_i64x4(v);
+            }
+            // the 16 scales as i16, in both halves
+            let scales = _mm512_broadcast_i64x4(_mm256_cvtepi8_epi16(ld128(&x.scales)));
+            let d16 = _mm512_zextps256_ps512(_mm256_mul_ps(scale8(x.d), {
+                // SAFETY: `da[s]` is 8 readable f32; loadu needs no alignment.
+                unsafe { _mm256_loadu_ps(da[s].as_ptr()) }
+            }));
+            let mut sums = [_mm512_setzero_si512(); P];
+            for j in 0..8 {
+                let sc = _mm512_permutexvar_epi16(sc_idx[j], scales);
+                for (p, sum) in sums.iter_mut().enumerate() {
+                    *sum = scaled_pair_chunk(*sum, q[j], &y[(s * 8 + j) * P + p], sc);
+                }
+            }
+            for p in 0..P {
+                // SAFETY: `bsums[s * P + p]` is 32 readable i16; loadu needs no alignment.
+                let b = unsafe { _mm512_loadu_si512(bsums[s * P + p].as_ptr().cast()) };
+                let corr = _mm512_slli_epi32::<5>(_mm512_madd_epi16(b, scales));
+                let lanes = _mm512_sub_epi32(sums[p], corr);
+                let d = _mm512_permutexvar_ps(idx[p], d16);
+                acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), acc[p]);
+            }
+        }
+        for (p, &a) in acc.iter().enumerate() {
+            store_pair(a, p, g.tokens, out, r);
+        }
+    }
+}
+
+impl Avx512 {
+    /// `out[t][r]` for the `n_rows` Q4_K rows of `blocks` (`[n_rows][g.per_row]`) in ggml's
+    /// repacked gemv order ([`gemv_q4_k`](crate::quants::gemv::gemv_q4_k), bit for bit).
+    /// `false`, writing nothing, where the shapes do not fit.
+    pub fn k4_gemv_pairs(self, blocks: &[BlockQ4K], n_rows: usize, g: &K8Pairs, out: &mut [&mut [f32]]) -> bool {
+        if !g.fits(blocks, n_rows, out) || g.per_row == 0 {
+            return false;
+        }
+        by_pairs!(q4_k_gemv_pairs, blocks, g, out);
+        true
+    }
+
+    /// `out[t][r]` for the `n_rows` Q6_K rows of `blocks` (`[n_rows][g.per_row]`), bit for
+    /// bit the single dot. `false`, writing nothing, where the shapes do not fit.
+    pub fn k6_pairs(self, blocks: &[BlockQ6K], n_rows: usize, g: &K8Pairs, out: &mut [&mut [f32]]) -> bool {
+        if !g.fits(blocks, n_rows, out) || g.per_row == 0 {
+            return false;
+        }
+        by_pairs!(q6_k_pairs, blocks, g, out);
         true
     }
 }

@@ -22,7 +22,7 @@
 
 use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
 use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
-use crate::quants::gemm_pairs::{B32Pairs, PAIR_TOKENS};
+use crate::quants::gemm_pairs::{B32Pairs, K8Pairs, PAIR_TOKENS};
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
     ActBlock, ActRow, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, GgmlType, QuantError, VecDot,
@@ -201,7 +201,8 @@ fn check_shapes(
 pub const TILE_MIN_TOKENS: usize = 8;
 
 /// Token counts from 2 up to (not including) this go through the pair kernels
-/// ([`Kernels::b32_pairs`]) for Q5_0 and Q8_0 where the ISA has them: each weight block is
+/// ([`Kernels::b32_pairs`] for Q5_0 and Q8_0, [`Kernels::k4_gemv_pairs`] for repacked Q4_K,
+/// [`Kernels::k6_pairs`] for Q6_K) where the ISA has them: each weight block is
 /// unpacked into a register once for up to [`PAIR_TOKENS`] tokens, two per register, with
 /// nothing written to memory per call. The same bits as every other path. Measured with
 /// `cargo bench --bench matmul` (2 threads, AMD EPYC Zen 4, ffn_gate Q5_0 / ffn_up Q8_0 of the
@@ -224,8 +225,17 @@ fn matmul_with(
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
     if (2..PAIRS_BELOW_TOKENS).contains(&tokens) && kernels.has_pairs() {
         let paired = match w.ty {
-            GgmlType::Q5_0 => multiply_pairs::<BlockQ5_0>(pool, kernels, w, &acts, bias, out)?,
-            GgmlType::Q8_0 => multiply_pairs::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
+            GgmlType::Q5_0 => multiply_b32_pairs::<BlockQ5_0>(pool, kernels, w, &acts, bias, out)?,
+            GgmlType::Q8_0 => multiply_b32_pairs::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
+            // Q4_K's pair kernel follows the repacked gemv order only (see `multiply`).
+            GgmlType::Q4K if BlockQ4K::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n)) => {
+                let run = |b: &[BlockQ4K], n, g: &K8Pairs, o: &mut [&mut [f32]]| kernels.k4_gemv_pairs(b, n, g, o);
+                multiply_pairs(pool, w, &acts, bias, out, K8Pairs::new, run)?
+            }
+            GgmlType::Q6K => {
+                let run = |b: &[BlockQ6K], n, g: &K8Pairs, o: &mut [&mut [f32]]| kernels.k6_pairs(b, n, g, o);
+                multiply_pairs(pool, w, &acts, bias, out, K8Pairs::new, run)?
+            }
             _ => false,
         };
         if paired {
@@ -392,26 +402,31 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
     gemm_row_lanes::<W, BlockQ8_0, B32Tile, _>(pool, w, acts, bias, out, lanes, |t, p, o| kernels.b32_tile(t, p, o))
 }
 
-/// The few-token product of a Q5_0 or Q8_0 matrix through [`Kernels::b32_pairs`]: the tokens
-/// in groups of up to [`PAIR_TOKENS`] laid out once ([`B32Pairs`]), each worker running its
-/// [`ROW_TILE`] rows against every group. Same bits per element as [`multiply`]. `Ok(false)`:
-/// not run (no pair kernel for this ISA or type, or activations of another type).
-fn multiply_pairs<W: Block32Gemm + WeightBlock + Sync>(
+/// The few-token product through a pair kernel ([`Kernels::b32_pairs`],
+/// [`Kernels::k4_gemv_pairs`], [`Kernels::k6_pairs`]): the tokens' `A` rows in groups of up to
+/// [`PAIR_TOKENS`] laid out once (`layout`: [`B32Pairs`], [`K8Pairs`]), each worker running
+/// its [`ROW_TILE`] rows of `W` against every group (`run(blocks, n_rows, group, outs)`). Same
+/// bits per element as [`multiply`]. `Ok(false)`: not run (no pair kernel for this ISA or
+/// type, or activations of another type).
+fn multiply_pairs<W, A, G>(
     pool: &Pool,
-    kernels: Kernels,
     w: &WeightMatrix,
     acts: &[ActRow],
     bias: Option<&[f32]>,
     out: &mut [f32],
-) -> Result<bool, QuantError> {
+    layout: impl Fn(&[&[A]]) -> Option<G>,
+    run: impl Fn(&[W], usize, &G, &mut [&mut [f32]]) -> bool + Sync,
+) -> Result<bool, QuantError>
+where
+    W: WeightBlock + Sync,
+    A: ActBlock,
+    G: Sync,
+{
     let per_row = w.cols / W::N;
     let blocks: &[W] = blocks_of::<W>(w.data, w.rows * w.cols)?; // [rows][per_row]
-    let rows: Option<Vec<&[BlockQ8_0]>> = acts.iter().map(BlockQ8_0::blocks_in).collect();
+    let rows: Option<Vec<&[A]>> = acts.iter().map(A::blocks_in).collect();
     let Some(rows) = rows else { return Ok(false) }; // [tokens][per_row]
-    let groups: Option<Vec<B32Pairs>> = rows
-        .chunks(PAIR_TOKENS)
-        .map(|g| B32Pairs::new(g, W::OFFSET))
-        .collect();
+    let groups: Option<Vec<G>> = rows.chunks(PAIR_TOKENS).map(&layout).collect();
     let Some(groups) = groups else { return Ok(false) };
     Ok(run_row_tiles(pool, out, w.rows, acts.len(), ROW_TILE, bias, || (), |_, first, pieces| {
         let n_rows = pieces.first().map_or(0, |p| p.len());
@@ -419,8 +434,21 @@ fn multiply_pairs<W: Block32Gemm + WeightBlock + Sync>(
         groups
             .iter()
             .zip(pieces.chunks_mut(PAIR_TOKENS))
-            .all(|(g, outs)| kernels.b32_pairs(tile_blocks, n_rows, g, outs))
+            .all(|(g, outs)| run(tile_blocks, n_rows, g, outs))
     }))
+}
+
+/// [`multiply_pairs`] for a 32-value-block type (Q5_0, Q8_0).
+fn multiply_b32_pairs<W: Block32Gemm + WeightBlock + Sync>(
+    pool: &Pool,
+    kernels: Kernels,
+    w: &WeightMatrix,
+    acts: &[ActRow],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<bool, QuantError> {
+    let layout = |g: &[&[BlockQ8_0]]| B32Pairs::new(g, W::OFFSET);
+    multiply_pairs(pool, w, acts, bias, out, layout, |b: &[W], n, g, o| kernels.b32_pairs(b, n, g, o))
 }
 
 /// The product for weight blocks `W`, shapes already checked: `acts` is `[tokens]`, `out`
