@@ -13,7 +13,9 @@
 //! * [`SimdDot`]: implemented by every weight block type; ties it to its kernel in each ISA.
 //! * [`vec_dot_row_isa`] / [`vec_dot_isa`]: checked one-off dots with an explicit ISA (tests).
 //! * `x86_avx2.rs`, `x86_avx512.rs`, `aarch64_neon.rs`: the kernels. `unsafe` lives only there.
-//!   `x86_avx2_gemm.rs` / `x86_avx512_gemm.rs`: the many-token (prefill) tiles of each x86 ISA.
+//!   `x86_avx2_gemm.rs` / `x86_avx512_gemm.rs`: the many-token (prefill) tiles of each x86 ISA;
+//!   `x86_avx512_pairs.rs`: the few-token pair kernels ([`Kernels::b32_pairs`],
+//!   [`Kernels::k4_gemv_pairs`], [`Kernels::k6_pairs`]; see [`gemm_pairs`](super::gemm_pairs)).
 //!   The scalar ISA is the reference dots of [`dot`](super::dot).
 //!
 //! # Levers

@@ -197,7 +197,9 @@ fn check_shapes(
 /// the tokens through [`Kernels::dot_rows`] (the same bits either way). Measured on the 0.5B
 /// with 2 threads (`minfer bench --batch`): decode steps of 2 and 4 tokens took 4.9x and 2.5x
 /// longer through tiles than through single dots; at 8 tokens the tiles beat `dot_rows` by
-/// about 1.1x (a threshold of 16 measured 44 t/s at B = 8 against 48–50).
+/// about 1.1x (a threshold of 16 measured 44 t/s at B = 8 against 48–50). Where the ISA has
+/// pair kernels (AVX-512 VNNI), the types that have one take them first below
+/// [`PAIRS_BELOW_TOKENS`].
 pub const TILE_MIN_TOKENS: usize = 8;
 
 /// Token counts from 2 up to (not including) this go through the pair kernels
