@@ -112,6 +112,20 @@ fn q8_0_tiles_equal_twin_and_dots() {
     b32_case::<BlockQ8_0>(0x7115_0002);
 }
 
+/// A pair kernel `run(n_rows, out)` against its scalar twin (`[tokens][rows]`), bit for bit;
+/// with a row count that does not match its blocks, or too few outputs, it must refuse and
+/// write nothing.
+fn assert_pair_kernel(what: &str, twin: &[Vec<f32>], run: impl Fn(usize, &mut [&mut [f32]]) -> bool) {
+    let (tokens, rows) = (twin.len(), twin[0].len());
+    let mut simd = outputs(tokens, rows);
+    assert!(run(rows, &mut pieces(&mut simd)), "{what}");
+    assert_eq!(bits(&simd), bits(twin), "{what}: pairs vs scalar twin");
+    let mut none = outputs(tokens, rows);
+    assert!(!run(rows + 1, &mut pieces(&mut none)), "{what}: a row count off by one");
+    assert!(!run(rows, &mut pieces(&mut none[..tokens - 1])), "{what}: one output short");
+    assert!(none.iter().flatten().all(|x| x.is_nan()), "{what}: refused but wrote");
+}
+
 /// The few-token pair kernels (Q5_0, Q8_0 with up to 8 tokens, AVX-512 VNNI) against the
 /// scalar twin, bit for bit, for every token count and for 1, 2 and 17 rows; shapes that do
 /// not fit are refused with nothing written.
@@ -130,14 +144,7 @@ fn b32_pairs_case<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(seed: u32) {
             let mut twin = outputs(tokens, rows);
             tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut twin), b32_cell_scalar);
             let g = B32Pairs::new(&q8, W::OFFSET).unwrap();
-            let mut simd = outputs(tokens, rows);
-            assert!(k.b32_pairs(&blocks, rows, &g, &mut pieces(&mut simd)), "{what}");
-            assert_eq!(bits(&simd), bits(&twin), "{what}: pairs vs scalar twin");
-            // A row count that does not match the blocks, or too few outputs: nothing written.
-            let mut none = outputs(tokens, rows);
-            assert!(!k.b32_pairs(&blocks, rows + 1, &g, &mut pieces(&mut none)), "{what}");
-            assert!(!k.b32_pairs(&blocks, rows, &g, &mut pieces(&mut none[..tokens - 1])), "{what}");
-            assert!(none.iter().flatten().all(|x| x.is_nan()), "{what}: refused but wrote");
+            assert_pair_kernel(&what, &twin, |n, out| k.b32_pairs(&blocks, n, &g, out));
         }
     }
 }
@@ -259,20 +266,11 @@ fn k_quant_pairs_equal_twin() {
 
             let mut twin4 = outputs(tokens, rows);
             tile_scalar(&q4, per_row, &a4, &mut pieces(&mut twin4), gemv_q4_k);
-            let mut simd4 = outputs(tokens, rows);
-            assert!(k.k4_gemv_pairs(&q4, rows, &g4, &mut pieces(&mut simd4)), "Q4_K {what}");
-            assert_eq!(bits(&simd4), bits(&twin4), "Q4_K {what}: pairs vs scalar twin");
+            assert_pair_kernel(&format!("Q4_K {what}"), &twin4, |n, out| k.k4_gemv_pairs(&q4, n, &g4, out));
 
             let mut twin6 = outputs(tokens, rows);
             tile_scalar(&q6, per_row, &a6, &mut pieces(&mut twin6), q6k_cell_scalar);
-            let mut simd6 = outputs(tokens, rows);
-            assert!(k.k6_pairs(&q6, rows, &g6, &mut pieces(&mut simd6)), "Q6_K {what}");
-            assert_eq!(bits(&simd6), bits(&twin6), "Q6_K {what}: pairs vs scalar twin");
-
-            let mut none = outputs(tokens, rows);
-            assert!(!k.k4_gemv_pairs(&q4, rows + 1, &g4, &mut pieces(&mut none)), "Q4_K {what}");
-            assert!(!k.k6_pairs(&q6, rows, &g6, &mut pieces(&mut none[..tokens - 1])), "Q6_K {what}");
-            assert!(none.iter().flatten().all(|x| x.is_nan()), "{what}: refused but wrote");
+            assert_pair_kernel(&format!("Q6_K {what}"), &twin6, |n, out| k.k6_pairs(&q6, n, &g6, out));
         }
     }
 }
