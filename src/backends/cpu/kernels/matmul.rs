@@ -209,7 +209,9 @@ pub const TILE_MIN_TOKENS: usize = 8;
 /// nothing written to memory per call. The same bits as every other path. Measured with
 /// `cargo bench --bench matmul` (2 threads, AMD EPYC Zen 4, ffn_gate Q5_0 / ffn_up Q8_0 of the
 /// 0.5B): at 16 tokens 1.0 / 1.1 ms through pairs against 1.9 / 1.4 ms through tiles, at 32
-/// 2.3 / 2.1 against 3.0 / 2.2, at 128 9.0 / 8.3 against 6.1 / 5.8.
+/// 2.3 / 2.1 against 3.0 / 2.2, at 128 9.0 / 8.3 against 6.1 / 5.8; Q6_K's ffn_down at 8 / 16 /
+/// 32 tokens 0.46 / 1.17 / 2.00 ms against 0.79 / 1.19 / 1.86. Q4_K keeps its tiles from
+/// [`TILE_MIN_TOKENS`].
 pub const PAIRS_BELOW_TOKENS: usize = 33;
 
 fn matmul_with(
@@ -229,8 +231,12 @@ fn matmul_with(
         let paired = match w.ty {
             GgmlType::Q5_0 => multiply_b32_pairs::<BlockQ5_0>(pool, kernels, w, &acts, bias, out)?,
             GgmlType::Q8_0 => multiply_b32_pairs::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
-            // Q4_K's pair kernel follows the repacked gemv order only (see `multiply`).
-            GgmlType::Q4K if BlockQ4K::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n)) => {
+            // Q4_K's pair kernel follows the repacked gemv order only (see `multiply`), and
+            // its tiles are faster from 8 tokens (ffn_down 896 x 4864, 2 threads: 523 / 817 /
+            // 1190 µs at 8 / 16 / 32 tokens against 574 / 924 / 1954 through pairs).
+            GgmlType::Q4K
+                if tokens < TILE_MIN_TOKENS && BlockQ4K::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n)) =>
+            {
                 let run = |b: &[BlockQ4K], n, g: &K8Pairs, o: &mut [&mut [f32]]| kernels.k4_gemv_pairs(b, n, g, o);
                 multiply_pairs(pool, w, &acts, bias, out, K8Pairs::new, run)?
             }
