@@ -51,12 +51,7 @@ impl B32Pairs {
     /// The layout of `acts` (1 to [`PAIR_TOKENS`] rows of Q8_0 blocks, all of the same length)
     /// for weights of offset `off`; `None` for any other count or unequal rows.
     pub fn new(acts: &[&[BlockQ8_0]], off: i32) -> Option<B32Pairs> {
-        let tokens = acts.len();
-        let per_row = acts.first()?.len();
-        if tokens > PAIR_TOKENS || acts.iter().any(|a| a.len() != per_row) {
-            return None;
-        }
-        let pairs = tokens.div_ceil(2);
+        let (tokens, per_row, pairs) = group_shape(acts)?;
         let mut g = B32Pairs {
             per_row,
             tokens,
@@ -85,15 +80,29 @@ impl B32Pairs {
     /// rows as long as the tokens', and the layout's vectors of their stated sizes.
     pub fn fits<B>(&self, blocks: &[B], n_rows: usize, out: &[&mut [f32]]) -> bool {
         let slots = self.per_row * self.pairs;
-        (1..=PAIR_TOKENS).contains(&self.tokens)
-            && self.pairs == self.tokens.div_ceil(2)
-            && self.y.len() == slots
+        self.y.len() == slots
             && self.corr.len() == slots
             && self.da.len() == self.per_row
-            && n_rows.checked_mul(self.per_row) == Some(blocks.len())
-            && out.len() >= self.tokens
-            && out[..self.tokens].iter().all(|o| o.len() >= n_rows)
+            && group_fits((self.tokens, self.per_row, self.pairs), blocks.len(), n_rows, out)
     }
+}
+
+/// `(tokens, per_row, pairs)` of a group of activation rows: `None` unless there are 1 to
+/// [`PAIR_TOKENS`] rows, all of the same length.
+fn group_shape<A>(acts: &[&[A]]) -> Option<(usize, usize, usize)> {
+    let (tokens, per_row) = (acts.len(), acts.first()?.len());
+    (tokens <= PAIR_TOKENS && acts.iter().all(|a| a.len() == per_row)).then_some((tokens, per_row, tokens.div_ceil(2)))
+}
+
+/// What every pair layout checks before a kernel writes: a shape [`group_shape`] gives,
+/// `n_blocks` weight blocks making `n_rows` rows of `per_row`, and a piece of at least `n_rows`
+/// values for every token.
+fn group_fits((tokens, per_row, pairs): (usize, usize, usize), n_blocks: usize, n_rows: usize, out: &[&mut [f32]]) -> bool {
+    (1..=PAIR_TOKENS).contains(&tokens)
+        && pairs == tokens.div_ceil(2)
+        && n_rows.checked_mul(per_row) == Some(n_blocks)
+        && out.len() >= tokens
+        && out[..tokens].iter().all(|o| o.len() >= n_rows)
 }
 
 /// The Q8_K activations of up to [`PAIR_TOKENS`] tokens laid out for the K-quant pair
@@ -119,12 +128,7 @@ impl K8Pairs {
     /// The layout of `acts` (1 to [`PAIR_TOKENS`] rows of Q8_K blocks, all of the same length);
     /// `None` for any other count or unequal rows.
     pub fn new(acts: &[&[BlockQ8K]]) -> Option<K8Pairs> {
-        let tokens = acts.len();
-        let per_row = acts.first()?.len();
-        if tokens > PAIR_TOKENS || acts.iter().any(|a| a.len() != per_row) {
-            return None;
-        }
-        let pairs = tokens.div_ceil(2);
+        let (tokens, per_row, pairs) = group_shape(acts)?;
         let mut g = K8Pairs {
             per_row,
             tokens,
@@ -153,15 +157,11 @@ impl K8Pairs {
     /// As [`B32Pairs::fits`], for super-blocks.
     pub fn fits<B>(&self, blocks: &[B], n_rows: usize, out: &[&mut [f32]]) -> bool {
         let slots = self.per_row * self.pairs;
-        (1..=PAIR_TOKENS).contains(&self.tokens)
-            && self.pairs == self.tokens.div_ceil(2)
-            && self.y.len() == 8 * slots
+        self.y.len() == 8 * slots
             && self.bsums.len() == slots
             && self.bs32.len() == self.per_row
             && self.da.len() == self.per_row
-            && n_rows.checked_mul(self.per_row) == Some(blocks.len())
-            && out.len() >= self.tokens
-            && out[..self.tokens].iter().all(|o| o.len() >= n_rows)
+            && group_fits((self.tokens, self.per_row, self.pairs), blocks.len(), n_rows, out)
     }
 }
 

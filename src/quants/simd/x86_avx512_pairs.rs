@@ -42,13 +42,35 @@ fn unpack_q8_0(x: &BlockQ8_0) -> __m512i {
     _mm512_xor_si512(q, _mm512_set1_epi8(-128))
 }
 
-/// The permutation that spreads the tokens' scale products `d[2p]` over lanes 0..8 and
-/// `d[2p + 1]` over lanes 8..16.
+/// For each pair `p < P`, the permutation that spreads the tokens' scale products `d[2p]` over
+/// lanes 0..8 and `d[2p + 1]` over lanes 8..16.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn pair_index(p: usize) -> __m512i {
-    let (lo, hi) = ((2 * p) as i32, (2 * p + 1) as i32);
-    _mm512_set_epi32(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo, lo, lo, lo)
+fn pair_indices<const P: usize>() -> [__m512i; P] {
+    let mut idx = [_mm512_setzero_si512(); P];
+    for (p, i) in idx.iter_mut().enumerate() {
+        let (lo, hi) = ((2 * p) as i32, (2 * p + 1) as i32);
+        *i = _mm512_set_epi32(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo, lo, lo, lo);
+    }
+    idx
+}
+
+/// The weight scale times each token's scale (`da`, one rounding each, as `f16_mul`), as 8
+/// f32 in the low half: what [`fma_pair`] spreads over a pair's lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn token_scales(d: F16Le, da: &[f32; PAIR_TOKENS]) -> __m512 {
+    // SAFETY: `da` is 8 readable f32; loadu needs no alignment.
+    let da8 = unsafe { _mm256_loadu_ps(da.as_ptr()) };
+    _mm512_zextps256_ps512(_mm256_mul_ps(scale8(d), da8))
+}
+
+/// One block of a pair: `acc = fma(d, f32(lanes), acc)` with pair `idx`'s two scales from `d16`
+/// ([`token_scales`]) over their token's 8 lanes: the single dot's step for both tokens.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn fma_pair(acc: __m512, idx: __m512i, d16: __m512, lanes: __m512i) -> __m512 {
+    _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, d16), _mm512_cvtepi32_ps(lanes), acc)
 }
 
 /// Writes `hsum_float_8` of each token half of `acc` to `out[2p + h][r]` for the tokens held.
@@ -76,21 +98,14 @@ macro_rules! pairs_kernel {
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         fn $name<const P: usize>(blocks: &[$w], g: &B32Pairs, out: &mut [&mut [f32]]) {
             let n = g.per_row;
-            let mut idx = [_mm512_setzero_si512(); P];
-            for (p, i) in idx.iter_mut().enumerate() {
-                *i = pair_index(p);
-            }
+            let idx = pair_indices::<P>();
             let (y, corr, da) = (&g.y[..n * P], &g.corr[..n * P], &g.da[..n]);
             for (r, row) in blocks.chunks_exact(n).enumerate() {
                 let mut acc = [_mm512_setzero_ps(); P];
                 for (b, x) in row.iter().enumerate() {
-                    // The weights stream from memory once per call: ask for them ahead of
-                    // this block (a prefetch never faults, so past the end is harmless).
-                    _mm_prefetch::<_MM_HINT_T0>((x as *const $w).cast::<i8>().wrapping_add(PREFETCH_BYTES));
+                    prefetch_block::<$w, 1>(x);
                     let u = $unpack(x);
-                    // SAFETY: `da[b]` is 8 readable f32; loadu needs no alignment.
-                    let da8 = unsafe { _mm256_loadu_ps(da[b].as_ptr()) };
-                    let d16 = _mm512_zextps256_ps512(_mm256_mul_ps(scale8(x.d), da8));
+                    let d16 = token_scales(x.d, &da[b]);
                     for p in 0..P {
                         let s = b * P + p;
                         // SAFETY: `corr[s]` is 16 i32 and `y[s]` 64 bytes, readable; loadu
@@ -98,9 +113,7 @@ macro_rules! pairs_kernel {
                         let (c, ys) = unsafe {
                             (_mm512_loadu_si512(corr[s].as_ptr().cast()), _mm512_loadu_si512(y[s].as_ptr().cast()))
                         };
-                        let lanes = _mm512_dpbusd_epi32(c, u, ys);
-                        let d = _mm512_permutexvar_ps(idx[p], d16);
-                        acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), acc[p]);
+                        acc[p] = fma_pair(acc[p], idx[p], d16, _mm512_dpbusd_epi32(c, u, ys));
                     }
                 }
                 for (p, &a) in acc.iter().enumerate() {
@@ -160,7 +173,9 @@ impl Avx512 {
 
 // ---- K-quants (Q8_K activations, see `K8Pairs`)
 
-/// Asks for the `BYTES` bytes of a weight block [`PREFETCH_BYTES`] ahead of `x`.
+/// Asks for the `BYTES` bytes (one line per 64, at least one) [`PREFETCH_BYTES`] ahead of `x`:
+/// the weights stream from memory once per call (a prefetch never faults, so past the end is
+/// harmless).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn prefetch_block<T, const BYTES: usize>(x: &T) {
@@ -287,10 +302,7 @@ fn q6_scale_index(j: usize) -> __m512i {
 fn q6_k_pairs<const P: usize>(blocks: &[BlockQ6K], g: &K8Pairs, out: &mut [&mut [f32]]) {
     let n = g.per_row;
     let (y, bsums, da) = (&g.y[..n * 8 * P], &g.bsums[..n * P], &g.da[..n]);
-    let mut idx = [_mm512_setzero_si512(); P];
-    for (p, i) in idx.iter_mut().enumerate() {
-        *i = pair_index(p);
-    }
+    let idx = pair_indices::<P>();
     let mut sc_idx = [_mm512_setzero_si512(); 8];
     for (j, i) in sc_idx.iter_mut().enumerate() {
         *i = q6_scale_index(j);
@@ -307,10 +319,7 @@ fn q6_k_pairs<const P: usize>(blocks: &[BlockQ6K], g: &K8Pairs, out: &mut [&mut 
             }
             // the 16 scales as i16, in both halves
             let scales = _mm512_broadcast_i64x4(_mm256_cvtepi8_epi16(ld128(&x.scales)));
-            let d16 = _mm512_zextps256_ps512(_mm256_mul_ps(scale8(x.d), {
-                // SAFETY: `da[s]` is 8 readable f32; loadu needs no alignment.
-                unsafe { _mm256_loadu_ps(da[s].as_ptr()) }
-            }));
+            let d16 = token_scales(x.d, &da[s]);
             let mut sums = [_mm512_setzero_si512(); P];
             for j in 0..8 {
                 let sc = _mm512_permutexvar_epi16(sc_idx[j], scales);
@@ -322,9 +331,7 @@ fn q6_k_pairs<const P: usize>(blocks: &[BlockQ6K], g: &K8Pairs, out: &mut [&mut 
                 // SAFETY: `bsums[s * P + p]` is 32 readable i16; loadu needs no alignment.
                 let b = unsafe { _mm512_loadu_si512(bsums[s * P + p].as_ptr().cast()) };
                 let corr = _mm512_slli_epi32::<5>(_mm512_madd_epi16(b, scales));
-                let lanes = _mm512_sub_epi32(sums[p], corr);
-                let d = _mm512_permutexvar_ps(idx[p], d16);
-                acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lanes), acc[p]);
+                acc[p] = fma_pair(acc[p], idx[p], d16, _mm512_sub_epi32(sums[p], corr));
             }
         }
         for (p, &a) in acc.iter().enumerate() {

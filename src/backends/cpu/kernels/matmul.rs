@@ -237,13 +237,9 @@ fn matmul_with(
             GgmlType::Q4K
                 if tokens < TILE_MIN_TOKENS && BlockQ4K::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n)) =>
             {
-                let run = |b: &[BlockQ4K], n, g: &K8Pairs, o: &mut [&mut [f32]]| kernels.k4_gemv_pairs(b, n, g, o);
-                multiply_pairs(pool, w, &acts, bias, out, K8Pairs::new, run)?
+                multiply_pairs(pool, w, &acts, bias, out, K8Pairs::new, |b, n, g, o| kernels.k4_gemv_pairs(b, n, g, o))?
             }
-            GgmlType::Q6K => {
-                let run = |b: &[BlockQ6K], n, g: &K8Pairs, o: &mut [&mut [f32]]| kernels.k6_pairs(b, n, g, o);
-                multiply_pairs(pool, w, &acts, bias, out, K8Pairs::new, run)?
-            }
+            GgmlType::Q6K => multiply_pairs(pool, w, &acts, bias, out, K8Pairs::new, |b, n, g, o| kernels.k6_pairs(b, n, g, o))?,
             _ => false,
         };
         if paired {
