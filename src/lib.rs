@@ -9,6 +9,7 @@ pub mod chat;
 pub mod cli;
 pub mod generate;
 pub mod gguf;
+pub mod grammar;
 pub mod graph;
 pub mod http;
 pub mod models;

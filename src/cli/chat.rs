@@ -44,6 +44,8 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     #[command(flatten)]
+    pub grammar: super::grammar_args::GrammarArgs,
+    #[command(flatten)]
     pub draft: DraftArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -53,6 +55,8 @@ const HELP: &str = "commands: /reset (forget the conversation), /save FILE, /loa
 
 pub fn run(out: &mut Out, a: &ChatArgs) -> Result<(), CliError> {
     let (f, tok) = model_files::open_with_tokenizer(&a.model)?;
+    let tok = Arc::new(tok);
+    let grammar = a.grammar.compile(&tok)?;
     let template = model_files::chat_template(&f, a.chat_template.as_deref())?;
     let render = crate::chat::RenderOptions::for_tokenizer(&tok);
     let fingerprint = model_fingerprint(&f);
@@ -63,6 +67,7 @@ pub fn run(out: &mut Out, a: &ChatArgs) -> Result<(), CliError> {
         stop: Vec::new(),
         ubatch: a.engine.ubatch,
         n_probs: None,
+        grammar,
     };
     let params = ConversationParams { system: a.system.clone(), keep: a.keep, context_shift: !a.no_context_shift, generate };
     let spec = a.draft.speculator(&a.engine, &engine, &tok)?;

@@ -6,6 +6,7 @@ mod chat;
 mod draft_args;
 mod dump;
 mod engine_args;
+mod grammar_args;
 mod info;
 mod logits;
 mod model_files;
@@ -72,6 +73,9 @@ pub enum CliError {
     Speculative(#[from] crate::generate::SpecError),
     #[error("{0}")]
     Chat(String),
+    /// A schema or grammar that cannot be enforced (`--json-schema`, `--grammar`).
+    #[error("{0}")]
+    Grammar(String),
     #[error("{0}")]
     KvType(String),
     #[error(transparent)]
@@ -171,6 +175,8 @@ pub enum Command {
         n_predict: usize,
         #[command(flatten)]
         sampling: SamplingArgs,
+        #[command(flatten)]
+        grammar: grammar_args::GrammarArgs,
         /// Stop when the text contains this string (repeatable).
         #[arg(long, allow_hyphen_values = true)]
         stop: Vec<String>,
@@ -319,7 +325,7 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
         Command::Template { model, messages, no_generation_prompt, chat_template } => {
             template::run(&mut out, &model, &messages, !no_generation_prompt, chat_template.as_deref())
         }
-        Command::Run { model, prompt, file, messages, raw, system, chat_template, n_predict, sampling, stop, json, draft, verbose, dump_graph, dump_graph_json, engine } => {
+        Command::Run { model, prompt, file, messages, raw, system, chat_template, n_predict, sampling, grammar, stop, json, draft, verbose, dump_graph, dump_graph_json, engine } => {
             let source = |p: &Option<String>, f: &Option<PathBuf>| match (p, f) {
                 (Some(p), None) => Some(prompt_source::PromptSource::from_prompt_arg(p)),
                 (None, Some(f)) => Some(prompt_source::PromptSource::from_file_arg(f)),
@@ -335,6 +341,7 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
                 engine: engine.resolved(),
                 max_tokens: n_predict,
                 sampler: sampling.params(),
+                grammar,
                 stop,
                 json,
                 dump_graph,

@@ -71,6 +71,8 @@ pub struct RunArgs {
     pub engine: EngineArgs,
     pub max_tokens: usize,
     pub sampler: SamplerParams,
+    /// `--json-schema`, `--json-object`, `--grammar`.
+    pub grammar: super::grammar_args::GrammarArgs,
     pub stop: Vec<String>,
     pub json: bool,
     pub dump_graph: Option<PathBuf>,
@@ -110,6 +112,9 @@ fn generate_with_bar(
 
 pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(), CliError> {
     let (f, tok) = model_files::open_with_tokenizer(model)?;
+    let tok = Arc::new(tok);
+    // Before anything is evaluated: a bad schema or grammar is an error at once.
+    let grammar = a.grammar.compile(&tok)?;
     let Formed { text, parse_special, how } = form_prompt(&f, a.chat_template.as_deref(), &tok, prompt)?;
     let ids = tok.encode_prompt(&text, parse_special);
     if a.verbose {
@@ -127,6 +132,7 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
         stop: a.stop.clone(),
         ubatch: a.engine.ubatch,
         n_probs: None,
+        grammar,
     };
     let json = a.json;
     let mut spec = a.draft.speculator(&a.engine, &engine, &tok)?;

@@ -1,5 +1,6 @@
 //! Text generation: sampling, stop conditions, and the prefill → decode loop.
 
+mod constraint;
 mod conversation;
 pub mod durable;
 mod engine;
@@ -12,6 +13,7 @@ mod speculative;
 mod stop;
 pub mod trace;
 
+pub use constraint::{Constraint, ConstraintError};
 pub use conversation::{Conversation, ConversationError, ConversationParams, Turn, TurnStats};
 pub use durable::{AtomicFile, AtomicWrite, DurableError, write_atomic};
 pub use engine::kv::KvSnapshot;

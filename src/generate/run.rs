@@ -3,10 +3,12 @@
 
 use std::time::Instant;
 
+use super::constraint::{Constraint, ConstraintError};
 use super::engine::{Engine, EngineError};
 use super::logprobs::{TokenLogprobs, token_logprobs};
 use super::sampler::{Sampler, SamplerError, SamplerParams, TokenDist};
 use super::stop::{StopOutcome, StopStrings};
+use crate::grammar::Grammar;
 use crate::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 #[derive(Debug, Clone)]
@@ -21,6 +23,8 @@ pub struct GenerateParams {
     /// Report the log-probability of every sampled token and of this many alternatives
     /// (`None`: no log-probabilities).
     pub n_probs: Option<usize>,
+    /// The text must follow this grammar (structured output); `None`: free text.
+    pub grammar: Option<Grammar>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +73,8 @@ pub enum GenerateError {
     Sampler(#[from] SamplerError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Constraint(#[from] ConstraintError),
     #[error("the prompt is empty")]
     EmptyPrompt,
     #[error("prompt of {n_prompt} tokens does not fit the context of {n_ctx} ({n_past} already used)")]
@@ -128,6 +134,9 @@ pub struct Generator<'t> {
     prefilled: usize,
     /// The logits of the last evaluated token (empty until the prompt is evaluated).
     logits: Vec<f32>,
+    /// The grammar the text must follow, and whether `logits` are already masked by it.
+    constraint: Option<Constraint>,
+    masked: bool,
     out: Generation,
 }
 
@@ -163,6 +172,7 @@ impl<'t> Generator<'t> {
     fn start(tok: &'t Tokenizer, prompt: &[u32], prefilled: usize, logits: Vec<f32>, p: &GenerateParams) -> Result<Generator<'t>, GenerateError> {
         let mut sampler = Sampler::new(p.sampler.clone())?;
         prompt.iter().for_each(|&t| sampler.accept(t));
+        let constraint = p.grammar.as_ref().map(Constraint::new).transpose()?;
         Ok(Generator {
             tok,
             params: p.clone(),
@@ -171,6 +181,8 @@ impl<'t> Generator<'t> {
             stops: StopStrings::new(p.stop.iter().cloned()),
             prefilled,
             logits,
+            constraint,
+            masked: false,
             out: Generation {
                 prompt_ids: prompt.to_vec(),
                 generated_ids: Vec::new(),
@@ -240,6 +252,7 @@ impl<'t> Generator<'t> {
         if self.out.generated_ids.len() >= self.params.max_tokens {
             return Ok(NextPass::Done(self.finish(StepOutput::default(), StopReason::MaxTokens)));
         }
+        self.constrain()?;
         let id = self.sampler.sample(&self.logits)?;
         let step = self.take(id)?;
         if step.finished.is_some() {
@@ -254,7 +267,7 @@ impl<'t> Generator<'t> {
     /// Takes the logits of `pass`'s last token (`secs`: the time it took); returns the pass's
     /// output (the sampled token's, for a decode step).
     pub fn evaluated(&mut self, pass: Pass, logits: Vec<f32>, secs: f64) -> StepOutput {
-        self.logits = logits;
+        self.set_logits(logits);
         if pass.prefill {
             self.prefilled += pass.tokens.len();
             self.out.prompt_secs += secs;
@@ -286,10 +299,20 @@ impl<'t> Generator<'t> {
         &self.params
     }
 
-    /// The distribution the next token is drawn from (the current logits, the tokens taken so
-    /// far for the penalties).
-    pub fn distribution(&self) -> Result<TokenDist, GenerateError> {
+    /// The distribution the next token is drawn from (the current logits under the grammar,
+    /// the tokens taken so far for the penalties).
+    pub fn distribution(&mut self) -> Result<TokenDist, GenerateError> {
+        self.constrain()?;
         Ok(self.sampler.distribution(&self.logits)?)
+    }
+
+    /// Applies the grammar's mask to the current logits (once).
+    fn constrain(&mut self) -> Result<(), GenerateError> {
+        if let Some(c) = self.constraint.as_mut().filter(|_| !self.masked) {
+            c.apply(&mut self.logits)?;
+            self.masked = true;
+        }
+        Ok(())
     }
 
     /// A token drawn from `dist` with the sampler's random stream.
@@ -312,11 +335,15 @@ impl<'t> Generator<'t> {
     /// Replaces them (speculative decoding verifies several tokens in one pass).
     pub fn set_logits(&mut self, logits: Vec<f32>) {
         self.logits = logits;
+        self.masked = false;
     }
 
     /// Appends a chosen token without evaluating it: its text, stop strings, the token budget.
     /// `finished` is set when it ends the generation.
     pub fn take(&mut self, id: u32) -> Result<StepOutput, GenerateError> {
+        if let Some(c) = self.constraint.as_mut() {
+            c.commit(id)?;
+        }
         self.sampler.accept(id);
         self.out.generated_ids.push(id);
         let mut step = StepOutput {

@@ -5,7 +5,8 @@
 //!   `/tokenize`, `/detokenize`, 404/405;
 //! - [`openai`]: `/v1/chat/completions` and `/v1/completions`; [`request`] reads their
 //!   bodies ([`fields`] has the typed reads), [`response`] and [`stream`] write them, and
-//!   [`tools`] finds tool calls in answers;
+//!   [`tools`] finds tool calls in answers, [`structured`] reads the constraints of structured
+//!   output (`response_format`, `json_schema`, `grammar`, forced tool calls);
 //! - [`listener`]: the accept loop and its limits (connections, header/body/idle timeouts),
 //!   and the drain on shutdown; [`lifecycle`]: serving, draining, shut;
 //! - [`admission`]: the bound on requests inside the server (`--slots` + `--queue`);
@@ -28,6 +29,7 @@ pub mod scheduler;
 pub mod slot;
 pub mod state;
 pub mod stream;
+pub mod structured;
 pub mod tools;
 
 pub use error::{ApiError, ServeError};

@@ -29,6 +29,7 @@ use super::state::{AppState, Loaded, unix_now};
 use super::stream::{EventStream, ShutSignal, StreamOptions};
 use super::tools::ToolCallSplitter;
 use crate::generate::GenerateParams;
+use crate::grammar::Grammar;
 
 /// Longest template error message passed back (it may quote the conversation).
 const TEMPLATE_ERROR_LIMIT: usize = 200;
@@ -52,11 +53,20 @@ struct Prepared {
     /// Tools were offered: parse `<tool_call>` blocks out of the answer.
     tools: bool,
     opts: GenOptions,
+    /// The compiled constraint of structured output.
+    grammar: Option<Grammar>,
 }
 
 /// Runs blocking work (template render, tokenization) off the async runtime.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::Internal(format!("prompt preparation failed: {e}")))?
+}
+
+/// The request's constraint compiled against the model's vocabulary (blocking).
+fn compile(st: &AppState, structured: Option<&super::structured::Structured>) -> Result<Option<Grammar>, ApiError> {
+    let Some(s) = structured else { return Ok(None) };
+    let vocab = st.model()?.grammar_vocab()?;
+    s.compile(&vocab).map(Some)
 }
 
 pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
@@ -70,14 +80,16 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Byte
         let opts = m.render_options(req.tools, req.template_kwargs);
         let tok = m.tok.clone();
         let messages = req.messages;
-        let (ids, text) = blocking(move || {
+        let (st2, structured) = (st.clone(), req.opts.structured.clone());
+        let (ids, text, grammar) = blocking(move || {
+            let grammar = compile(&st2, structured.as_ref())?;
             let text = template
                 .render(&messages, &opts)
                 .map_err(|e| ApiError::param("messages", format!("the chat template refused them: {}", bounded_to(&e.to_string(), TEMPLATE_ERROR_LIMIT))))?;
-            Ok((tok.encode_prompt(&text, true), text))
+            Ok((tok.encode_prompt(&text, true), text, grammar))
         })
         .await?;
-        generate(&st, m, ticket, Prepared { ids, text, echo: false, tools, opts: req.opts }, Api::Chat).await
+        generate(&st, m, ticket, Prepared { ids, text, echo: false, tools, opts: req.opts, grammar }, Api::Chat).await
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -97,18 +109,21 @@ pub async fn completions(State(st): State<Arc<AppState>>, body: Result<Bytes, By
         let (m, ticket) = admit(&st)?;
         let req = completion_request(&parse_object(&body_bytes(body)?)?, m.n_vocab)?;
         let tok = m.tok.clone();
-        let (ids, text) = blocking(move || {
-            Ok(match req.prompt {
+        let (st2, structured) = (st.clone(), req.opts.structured.clone());
+        let (ids, text, grammar) = blocking(move || {
+            let grammar = compile(&st2, structured.as_ref())?;
+            let (ids, text) = match req.prompt {
                 // llama-server parses special tokens in a text prompt.
                 Prompt::Text(t) => (tok.encode_prompt(&t, true), t),
                 Prompt::Ids(ids) => {
                     let text = tok.decode(&ids).map_err(|e| ApiError::param("prompt", e.to_string()))?;
                     (ids, text)
                 }
-            })
+            };
+            Ok((ids, text, grammar))
         })
         .await?;
-        generate(&st, m, ticket, Prepared { ids, text, echo: req.echo, tools: false, opts: req.opts }, Api::Completion).await
+        generate(&st, m, ticket, Prepared { ids, text, echo: req.echo, tools: false, opts: req.opts, grammar }, Api::Completion).await
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -127,6 +142,7 @@ async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: A
         stop: p.opts.stop.clone(),
         ubatch: Some(st.cfg.ubatch),
         n_probs: p.opts.n_probs,
+        grammar: p.grammar,
     };
     let (tx, mut rx) = unbounded_channel();
     // A limit too far away to represent is no limit.

@@ -9,6 +9,7 @@ use serde_json::{Map, Value as Json};
 
 use super::error::ApiError;
 use super::fields::{Fields, kind_of};
+use super::structured::{Structured, ToolChoice, forced_calls, llama_fields, response_format, tool_choice};
 use crate::chat::ChatMessage;
 use crate::generate::SamplerParams;
 
@@ -24,7 +25,7 @@ pub const MAX_TOP_LOGPROBS: i64 = 20;
 const GEN_FIELDS: &[&str] = &[
     "model", "user", "n", "max_tokens", "max_completion_tokens", "temperature", "top_k", "top_p", "min_p",
     "repeat_penalty", "presence_penalty", "frequency_penalty", "repeat_last_n", "seed", "logit_bias", "stream",
-    "stream_options", "logprobs", "top_logprobs", "stop", "cache_prompt",
+    "stream_options", "logprobs", "top_logprobs", "stop", "cache_prompt", "json_schema", "grammar",
 ];
 /// The fields only `/v1/chat/completions` reads.
 const CHAT_FIELDS: &[&str] = &["messages", "tools", "tool_choice", "response_format", "chat_template_kwargs"];
@@ -32,8 +33,6 @@ const CHAT_FIELDS: &[&str] = &["messages", "tools", "tool_choice", "response_for
 const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "best_of", "suffix"];
 /// Fields other servers implement that minfer does not yet, with what to say about them.
 const NOT_YET: &[(&str, &str)] = &[
-    ("grammar", ": grammar-constrained output is not implemented"),
-    ("json_schema", ": structured output is not implemented"),
     ("parallel_tool_calls", ": tool calls are parsed from the answer, never forced or limited"),
     ("functions", ": use 'tools'"),
     ("function_call", ": use 'tool_choice'"),
@@ -64,6 +63,8 @@ pub struct GenOptions {
     /// llama-server's `cache_prompt`: start from the slot's KV that shares the longest prefix
     /// with this prompt and evaluate only the rest (answers are the same either way).
     pub cache_prompt: bool,
+    /// The constraint on the text (structured output), not yet compiled.
+    pub structured: Option<Structured>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -212,6 +213,7 @@ fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOp
         include_usage,
         n_probs,
         cache_prompt,
+        structured: llama_fields(f)?,
     })
 }
 
@@ -285,17 +287,27 @@ pub fn chat_request(body: &Map<String, Json>, n_vocab: usize) -> Result<ChatComp
         Some(Json::Array(items)) if items.iter().all(Json::is_object) => Some(Json::Array(items.clone())),
         Some(_) => return Err(ApiError::param("tools", "must be an array of tool objects")),
     };
-    match f.get("tool_choice") {
-        None => {}
-        Some(Json::String(s)) if s == "auto" => {}
-        Some(Json::String(s)) if s == "none" => tools = None,
-        Some(_) => return Err(ApiError::param("tool_choice", "must be \"auto\" or \"none\" (forcing a tool call is not supported)")),
+    let choice = tool_choice(&f)?;
+    if choice == ToolChoice::None {
+        tools = None;
     }
-    if f.object("response_format")?.is_some_and(|rf| Fields::new(rf).str("type").ok().flatten() != Some("text")) {
-        return Err(ApiError::param("response_format", "must be {\"type\": \"text\"} (structured output is not supported)"));
+    let forced = match &tools {
+        Some(t) => forced_calls(t, &choice)?,
+        None if choice != ToolChoice::Auto => return Err(ApiError::param("tool_choice", "forces a tool call, so 'tools' must offer one")),
+        None => None,
+    };
+    let mut opts = gen_options(&f, LogprobsStyle::Chat, n_vocab)?;
+    // One constraint per request: response_format, json_schema / grammar, or a forced call.
+    for (c, field) in [(response_format(&f)?, "response_format"), (forced, "tool_choice")] {
+        if let Some(c) = c {
+            if opts.structured.is_some() {
+                return Err(ApiError::param(field, "constrains the answer, and so does another field: give one of response_format, json_schema, grammar and a forced tool_choice"));
+            }
+            opts.structured = Some(c);
+        }
     }
     let template_kwargs = f.object("chat_template_kwargs")?.cloned().unwrap_or_default();
-    Ok(ChatCompletionRequest { messages, tools, template_kwargs, opts: gen_options(&f, LogprobsStyle::Chat, n_vocab)? })
+    Ok(ChatCompletionRequest { messages, tools, template_kwargs, opts })
 }
 
 /// Token ids below `n_vocab`; an error names the offending index of `param`.
@@ -392,7 +404,7 @@ mod tests {
     #[test]
     fn unimplemented_fields_are_refused_by_name() {
         let msgs = json!([{"role": "user", "content": "hi"}]);
-        for field in ["grammar", "json_schema", "metadata", "store", "n_probs", "temprature", "parallel_tool_calls", "mirostat"] {
+        for field in ["metadata", "store", "n_probs", "temprature", "parallel_tool_calls", "mirostat"] {
             let mut body = json!({"messages": msgs, "max_tokens": 3});
             body[field] = json!("x");
             let e = chat(body).unwrap_err();
@@ -455,7 +467,17 @@ mod tests {
             (json!({"messages": msgs, "logprobs": true, "top_logprobs": 50}), "top_logprobs"),
             (json!({"messages": msgs, "stop": [1]}), "stop[0]"),
             (json!({"messages": msgs, "logit_bias": {"99999": 1}}), "logit_bias"),
-            (json!({"messages": msgs, "response_format": {"type": "json_object"}}), "response_format"),
+            (json!({"messages": msgs, "response_format": {"type": "xml"}}), "response_format.type"),
+            (json!({"messages": msgs, "response_format": {"type": "json_schema"}}), "response_format.json_schema"),
+            (json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}), "response_format.json_schema.name"),
+            (json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 3}}}), "response_format.json_schema.schema"),
+            (json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "shema": {}}}}), "response_format.json_schema.shema"),
+            (json!({"messages": msgs, "response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}), "response_format"),
+            (json!({"messages": msgs, "json_schema": {}, "grammar": "root ::= \"a\""}), "grammar"),
+            (json!({"messages": msgs, "tool_choice": "required"}), "tool_choice"),
+            (json!({"messages": msgs, "tool_choice": "sometimes"}), "tool_choice"),
+            (json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}), "tool_choice"),
+            (json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}}}], "tool_choice": "required"}), "tools[0].function.parameters.properties.a.type"),
             (json!({"messages": msgs, "presence_penalty": 3}), "presence_penalty"),
             (json!({"messages": msgs, "stop": ["ok", "x".repeat(2000)]}), "stop[1]"),
             (json!({"messages": msgs, "seed": "7"}), "seed"),

@@ -10,6 +10,7 @@ use super::scheduler::{InferenceHandle, InferenceSetup, start};
 use crate::chat::{ChatTemplate, RenderOptions, chat_template_for};
 use crate::generate::{DraftParams, EngineParams, NodeDump, check_vocab};
 use crate::gguf::GgufFile;
+use crate::grammar::GrammarVocab;
 use crate::models::load_model;
 use crate::tokenizer::Tokenizer;
 
@@ -103,6 +104,9 @@ pub struct Loaded {
     pub n_ctx_slot: usize,
     pub n_vocab: usize,
     pub inference: InferenceHandle,
+    /// The vocabulary's token trie for structured output, built by the first request that
+    /// needs it (about half a second for a 150k vocabulary) and shared by all after it.
+    grammar_vocab: OnceLock<Result<Arc<GrammarVocab>, String>>,
 }
 
 pub struct AppState {
@@ -213,13 +217,22 @@ impl AppState {
         let model_id = self.cfg.alias.clone().unwrap_or_else(|| {
             self.cfg.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
         });
-        let loaded = Loaded { model_id, created: unix_now(), tok, template, render, n_ctx_slot, n_vocab, inference };
+        let loaded = Loaded { model_id, created: unix_now(), tok, template, render, n_ctx_slot, n_vocab, inference, grammar_vocab: OnceLock::new() };
         let _ = self.loaded.set(loaded);
         Ok(())
     }
 }
 
 impl Loaded {
+    /// The token trie for structured output (built on first use; blocking: call off the
+    /// runtime).
+    pub fn grammar_vocab(&self) -> Result<Arc<GrammarVocab>, ApiError> {
+        self.grammar_vocab
+            .get_or_init(|| GrammarVocab::new(self.tok.clone()).map(Arc::new).map_err(|e| e.to_string()))
+            .clone()
+            .map_err(ApiError::Internal)
+    }
+
     /// Template render options for a generation prompt.
     pub fn render_options(&self, tools: Option<serde_json::Value>, extra: serde_json::Map<String, serde_json::Value>) -> RenderOptions {
         RenderOptions { add_generation_prompt: true, tools, extra, ..self.render.clone() }
