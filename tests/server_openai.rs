@@ -62,3 +62,25 @@ fn openai_client_against_llama_and_gemma3() {
     println!("{text}");
     assert!(out.status.success(), "server tests failed:\n{text}");
 }
+
+/// Structured output through the server (`tests/server/test_structured.py`): a suite of over 40
+/// JSON schemas (`tests/server/structured_schemas.json`), each answered greedy, sampled with
+/// three seeds and streamed, validated by Python's `jsonschema`; `json_object`; GBNF grammars
+/// checked by a regular expression and a parser written for the test; forced tool calls
+/// through the official client; invalid schemas and grammars as 400s naming the place.
+#[test]
+fn structured_output_through_the_openai_client() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python())
+        .arg(root.join("tests/server/test_structured.py"))
+        .env("MINFER_BIN", env!("CARGO_BIN_EXE_minfer"))
+        .env("MINFER_MODEL", common::model_path(common::QWEN2_05B))
+        .env("MINFER_DATA", root.join("tests/data"))
+        .env("MINFER_SCHEMAS", root.join("tests/server/structured_schemas.json"))
+        .env("PYTHONUNBUFFERED", "1")
+        .output()
+        .expect("run the Python server tests");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(out.status.success(), "structured-output tests failed:\n{text}");
+}

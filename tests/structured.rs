@@ -1,0 +1,160 @@
+//! Structured output in the generation loop, against independent references:
+//!
+//! * the mask: for a small grammar, the tokens allowed at each step are exactly those whose
+//!   bytes a string of the grammar's (finite, listed here) language continues with;
+//! * schema errors: each invalid schema is refused at the place written here by hand;
+//! * generation: greedy and sampled answers under a schema validate with the `jsonschema`
+//!   crate, and speculative decoding (drafts that break the grammar are rejected) gives the
+//!   plain constrained greedy tokens, one for one.
+
+mod common;
+
+use std::sync::Arc;
+
+use minfer::generate::{Constraint, DraftParams, Engine, EngineParams, EngineShared, GenerateParams, SamplerParams, Speculator, generate, generate_speculative};
+use minfer::gguf::GgufFile;
+use minfer::grammar::{GrammarError, GrammarSpec, GrammarVocab};
+use minfer::models::{Model, load_model};
+use minfer::tokenizer::Tokenizer;
+use serde_json::{Value as Json, json};
+
+fn load() -> (Arc<Model>, Arc<Tokenizer>) {
+    let f = GgufFile::open(common::model_path(common::QWEN2_05B)).unwrap();
+    let tok = Tokenizer::from_gguf(&f).unwrap();
+    (Arc::new(load_model(Arc::new(f)).unwrap()), Arc::new(tok))
+}
+
+fn tokenizer() -> Arc<Tokenizer> {
+    let f = GgufFile::open(common::model_path(common::QWEN2_05B)).unwrap();
+    Arc::new(Tokenizer::from_gguf(&f).unwrap())
+}
+
+#[test]
+fn the_mask_allows_exactly_the_continuations_of_the_language() {
+    let tok = tokenizer();
+    let vocab = Arc::new(GrammarVocab::new(tok.clone()).unwrap());
+    // A finite language, listed: every allowed token must be a prefix of what is left of one
+    // of these strings, and every such token must be allowed. Every step branches (a grammar
+    // that forces bytes gets their canonical token only, which this reference does not model).
+    let language: Vec<String> =
+        (0..10).flat_map(|a| ["x", "yz"].into_iter().flat_map(move |m| (0..10).map(move |b| format!("{a}{m}{b}")))).collect();
+    let language: Vec<&str> = language.iter().map(String::as_str).collect();
+    let target = "7yz3";
+    let g = GrammarSpec::Gbnf("root ::= [0-9] (\"x\" | \"yz\") [0-9]\n".into()).compile(&vocab).unwrap();
+    let mut c = Constraint::new(&g).unwrap();
+    let n = tok.n_vocab();
+    let eog = tok.eog_ids();
+    let mut done = String::new();
+    for step in 0.. {
+        let mut logits = vec![0.0f32; n];
+        c.apply(&mut logits).unwrap();
+        let allowed: Vec<u32> = (0..n as u32).filter(|&i| logits[i as usize] == 0.0).collect();
+        let complete = language.contains(&done.as_str());
+        let expect: Vec<u32> = (0..n as u32)
+            .filter(|&id| {
+                if eog.contains(&id) {
+                    return complete;
+                }
+                if tok.is_control(id) {
+                    return false;
+                }
+                let b = tok.token_bytes(id).unwrap();
+                !b.is_empty() && language.iter().any(|s| s.as_bytes().starts_with(done.as_bytes()) && s.as_bytes()[done.len()..].starts_with(b))
+            })
+            .collect();
+        assert_eq!(allowed, expect, "step {step}, after {done:?}");
+        if complete {
+            break;
+        }
+        // Walk towards the target one token at a time, the shortest allowed token first.
+        let next = *allowed.iter().filter(|&&id| target[done.len()..].as_bytes().starts_with(tok.token_bytes(id).unwrap())).min_by_key(|&&id| tok.token_bytes(id).unwrap().len()).unwrap();
+        done.push_str(std::str::from_utf8(tok.token_bytes(next).unwrap()).unwrap());
+        c.commit(next).unwrap();
+        assert!(step < 10);
+    }
+    assert_eq!(done, target);
+}
+
+#[test]
+fn invalid_schemas_are_refused_at_their_place() {
+    let vocab = Arc::new(GrammarVocab::new(tokenizer()).unwrap());
+    let cases: Vec<(Json, &str, &str)> = vec![
+        (json!({"type": "object", "properties": {"age": {"type": "integr"}}}), "properties.age.type", "integr"),
+        (json!({"properties": {"a": {"minimum": 4, "maximum": 3}}}), "properties.a.minimum", "greater than maximum"),
+        (json!({"type": "array", "uniqueItems": true}), "uniqueItems", "'uniqueItems' cannot be enforced"),
+        (json!({"anyOf": [{"type": "string"}, {"if": {}}]}), "anyOf[1].if", "'if' cannot be enforced"),
+        (json!({"type": "object", "nullable": true}), "nullable", "unknown keyword 'nullable'"),
+        (json!({"format": "phone"}), "format", "'phone'"),
+        (json!({"$defs": {"p": {"type": "strin"}}, "$ref": "#/$defs/p"}), "$defs.p.type", "strin"),
+        (json!({"properties": {"t": {"items": {"pattern": "(x"}}}}), "properties.t.items", "unclosed group"),
+        (json!({"properties": {"x": {"$ref": "#/$defs/none"}}}), "properties.x", "does not exist"),
+        (json!({"prefixItems": [{"type": "string"}, 3]}), "prefixItems[1]", "must be an object or a boolean"),
+        (json!({"items": [{"type": "string"}]}), "items", "prefixItems"),
+        (json!({"minLength": -1}), "minLength", "non-negative integer"),
+        (json!({"exclusiveMinimum": 1, "exclusiveMaximum": 1}), "exclusiveMinimum", "not below"),
+        (json!(false), "", "accepts no value"),
+    ];
+    for (schema, path, says) in cases {
+        match GrammarSpec::JsonSchema(schema.clone()).compile(&vocab) {
+            Err(GrammarError::Schema { path: p, message }) => {
+                assert_eq!(p, path, "{schema}: {message}");
+                assert!(message.contains(says), "{schema}: {message}");
+                assert!(!message.contains('\n'), "{message}");
+            }
+            other => panic!("{schema}: {other:?}"),
+        }
+    }
+    // Annotations are fine, and so is every enforced keyword.
+    let ok = json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "t", "description": "d", "type": "object",
+        "properties": {"a": {"type": "string", "format": "date", "default": "2020-01-01", "examples": ["x"]}}, "required": ["a"]});
+    GrammarSpec::JsonSchema(ok).compile(&vocab).unwrap();
+}
+
+const SCHEMA: &str = r#"{"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 30},
+    "born": {"type": "integer", "minimum": 1000, "maximum": 2100},
+    "fields": {"type": "array", "items": {"enum": ["math", "physics", "poetry", "computing"]}, "minItems": 1, "maxItems": 3},
+    "alive": {"type": "boolean"}},
+  "required": ["name", "born", "fields", "alive"], "additionalProperties": false}"#;
+
+fn chat_prompt(tok: &Tokenizer, q: &str) -> Vec<u32> {
+    tok.encode_prompt(&format!("<|im_start|>system\nAnswer with JSON.<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"), true)
+}
+
+#[test]
+fn constrained_answers_validate_and_speculation_keeps_them() {
+    let (model, tok) = load();
+    let schema: Json = serde_json::from_str(SCHEMA).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let vocab = Arc::new(GrammarVocab::new(tok.clone()).unwrap());
+    let grammar = GrammarSpec::JsonSchema(schema.clone()).compile(&vocab).unwrap();
+    let mut engine = Engine::new(model.clone(), &EngineParams { n_ctx: 1024, n_threads: 2, ..EngineParams::default() }).unwrap();
+    let params = |sampler| GenerateParams { max_tokens: 200, sampler, stop: vec![], ubatch: None, n_probs: None, grammar: Some(grammar.clone()) };
+    let prompts = ["Describe Ada Lovelace.", "Describe Alan Turing.", "Describe a poet you like."];
+    let mut greedy = Vec::new();
+    for q in prompts {
+        let ids = chat_prompt(&tok, q);
+        for sampler in [SamplerParams::greedy(), SamplerParams { temperature: 1.0, seed: 7, ..SamplerParams::default() }] {
+            engine.kv_rm(0, engine.n_past()).unwrap();
+            let g = generate(&mut engine, &tok, &ids, &params(sampler.clone()), &mut |_| Ok(())).unwrap();
+            let v: Json = serde_json::from_str(&g.text).unwrap_or_else(|e| panic!("{q}: {e}: {:?}", g.text));
+            assert!(validator.is_valid(&v), "{q}: {}", g.text);
+            if sampler.temperature == 0.0 {
+                greedy.push((ids.clone(), g.generated_ids));
+            }
+        }
+    }
+    // The draft is the same model unconstrained: wherever the grammar masks its argmax, its
+    // proposal is rejected; the emitted tokens are still the plain constrained greedy ones.
+    let shared = EngineShared::with_pool(&model, engine.pool().clone()).unwrap();
+    let dp = EngineParams { n_ctx: 1024, n_threads: 1, ..EngineParams::default() };
+    let mut spec = Speculator::new(Engine::with_shared(model.clone(), &dp, &shared).unwrap(), DraftParams { n_draft: 6, p_min: 0.0 }).unwrap();
+    let mut rejected = 0;
+    for (ids, want) in &greedy {
+        engine.kv_rm(0, engine.n_past()).unwrap();
+        let g = generate_speculative(&mut engine, &mut spec, &tok, ids, &params(SamplerParams::greedy()), &mut |_| Ok(())).unwrap();
+        assert_eq!(&g.generated_ids, want);
+        rejected += spec.stats().drafted - spec.stats().accepted;
+    }
+    assert!(rejected > 0, "no draft broke the grammar: the rejection path was not exercised");
+}
