@@ -206,11 +206,11 @@ fn apply(mut b: Vec<u8>, muts: &[Mutation]) -> Vec<u8> {
 }
 
 /// Field names both endpoints read, and those of a message.
-const FIELDS: [&str; 30] = [
+const FIELDS: [&str; 32] = [
     "messages", "prompt", "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens", "n", "stop",
     "seed", "logit_bias", "stream", "stream_options", "logprobs", "top_logprobs", "tools", "tool_choice",
     "response_format", "chat_template_kwargs", "echo", "suffix", "best_of", "repeat_penalty", "presence_penalty",
-    "frequency_penalty", "repeat_last_n", "model", "user", "include_usage",
+    "frequency_penalty", "repeat_last_n", "model", "user", "include_usage", "json_schema", "grammar",
 ];
 const MESSAGE_FIELDS: [&str; 6] = ["role", "content", "tool_calls", "tool_call_id", "name", "type"];
 

@@ -317,8 +317,8 @@ fn floods(report: &mut Report) {
         ("invalid UTF-8", "/v1/completions", b"{\"prompt\": \"\xff\xfe\"}".to_vec(), "application/json", 400),
         ("text/plain body", "/v1/completions", b"{\"prompt\": \"x\"}".to_vec(), "text/plain", 415),
         ("form body", "/v1/completions", b"prompt=x".to_vec(), "application/x-www-form-urlencoded", 415),
-        ("llama-server grammar", "/v1/chat/completions", json!({"messages": msgs, "grammar": "root ::= \"a\""}).to_string().into_bytes(), "application/json", 400),
-        ("json_schema", "/v1/completions", json!({"prompt": "x", "json_schema": {"type": "object"}}).to_string().into_bytes(), "application/json", 400),
+        ("GBNF grammar with an undefined rule", "/v1/chat/completions", json!({"messages": msgs, "grammar": "root ::= \"a\" missing"}).to_string().into_bytes(), "application/json", 400),
+        ("json_schema with a keyword it cannot enforce", "/v1/completions", json!({"prompt": "x", "json_schema": {"type": "array", "uniqueItems": true}}).to_string().into_bytes(), "application/json", 400),
         ("not an object", "/v1/completions", b"[1, 2, 3]".to_vec(), "application/json", 400),
     ];
     let mut rows = Vec::new();

@@ -16,6 +16,7 @@ use minfer::gguf::GgufFile;
 use minfer::grammar::{GrammarError, GrammarSpec, GrammarVocab};
 use minfer::models::{Model, load_model};
 use minfer::tokenizer::Tokenizer;
+use proptest::prelude::*;
 use serde_json::{Value as Json, json};
 
 fn load() -> (Arc<Model>, Arc<Tokenizer>) {
@@ -157,4 +158,45 @@ fn constrained_answers_validate_and_speculation_keeps_them() {
         rejected += spec.stats().drafted - spec.stats().accepted;
     }
     assert!(rejected > 0, "no draft broke the grammar: the rejection path was not exercised");
+}
+
+/// GBNF pieces the generator below strings together: the translator must answer every
+/// combination with a grammar or a placed error, never a panic.
+const GBNF_PIECES: &[&str] = &[
+    "root", " ::= ", "::=", "\"a\"", "\"", "[a-z]", "[^\"\\\\]", "[", "]", "(", ")", "|", "*", "+", "?", "{2,3}", "{", "}",
+    "{3,1}", "x-y", "\n", " ", "#c\n", "\\x4", "\\u00e9", "\\", ".", "-", "é", "\t",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gbnf_translation_never_panics(pieces in proptest::collection::vec(0..GBNF_PIECES.len(), 0..24), bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+        let text: String = pieces.iter().map(|&i| GBNF_PIECES[i]).collect();
+        let _ = minfer::grammar::gbnf_to_lark(&text);
+        let _ = minfer::grammar::gbnf_to_lark(&String::from_utf8_lossy(&bytes));
+    }
+
+    #[test]
+    fn schema_checking_never_panics(v in json_value()) {
+        let _ = GrammarSpec::check_schema(&v);
+    }
+}
+
+fn json_value() -> impl Strategy<Value = Json> {
+    let keys = prop_oneof![
+        Just("type"), Just("properties"), Just("items"), Just("anyOf"), Just("minimum"), Just("maximum"), Just("minLength"),
+        Just("maxLength"), Just("required"), Just("additionalProperties"), Just("$ref"), Just("$defs"), Just("enum"),
+        Just("format"), Just("pattern"), Just("prefixItems"), Just("x"), Just("exclusiveMinimum"), Just("multipleOf"),
+    ];
+    let leaf = prop_oneof![
+        Just(Json::Null), any::<bool>().prop_map(Json::Bool), any::<i64>().prop_map(|i| json!(i)), any::<f64>().prop_map(|f| json!(f)),
+        prop_oneof![Just("string"), Just("object"), Just("integr"), Just("date"), Just("#/$defs/a"), Just("")].prop_map(|s| json!(s)),
+    ];
+    leaf.prop_recursive(4, 64, 6, move |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+            proptest::collection::vec((keys.clone(), inner), 0..5).prop_map(|kv| Json::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+        ]
+    })
 }

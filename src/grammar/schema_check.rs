@@ -188,6 +188,11 @@ fn bounds(m: &Map<String, Json>, path: &str) -> Result<(), GrammarError> {
     Ok(())
 }
 
+/// Most sub-schemas [`locate`] compiles: each costs up to the size of the schema, so a large
+/// deep schema is searched only this far (the error is then placed at the deepest failing
+/// sub-schema found so far).
+const LOCATE_BUDGET: usize = 64;
+
 /// Places an error the compiler found in a schema that passed [`check`]: the deepest
 /// sub-schema that fails to compile on its own (with the root's `$defs` beside it, so that
 /// references resolve), with its own message; the root when none does.
@@ -208,8 +213,13 @@ pub fn locate(vocab: &GrammarVocab, root: &Json, message: String) -> GrammarErro
     let mut path = String::new();
     let mut msg = message;
     let mut at = root;
+    let mut budget = LOCATE_BUDGET;
     'down: loop {
         for (key, child) in children(at) {
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
             if let Some(m) = fails(child) {
                 path = join(&path, &key);
                 msg = m;
