@@ -74,6 +74,16 @@ fn the_mask_allows_exactly_the_continuations_of_the_language() {
         assert!(step < 10);
     }
     assert_eq!(done, target);
+    // A token committed before the first mask was read: the next mask is the one after it (the
+    // first mask, now stale, is dropped): "x" or "yz" next, no digit.
+    let mut c = Constraint::new(&g).unwrap();
+    for id in tok.encode("7", false) {
+        c.commit(id).unwrap();
+    }
+    let mut logits = vec![0.0f32; n];
+    c.apply(&mut logits).unwrap();
+    let allowed: Vec<&[u8]> = (0..n as u32).filter(|&i| logits[i as usize] == 0.0).map(|i| tok.token_bytes(i).unwrap()).collect();
+    assert!(allowed.len() >= 2 && allowed.iter().all(|b| b[0] == b'x' || b[0] == b'y'), "{allowed:?}");
 }
 
 #[test]
@@ -199,4 +209,52 @@ fn json_value() -> impl Strategy<Value = Json> {
             proptest::collection::vec((keys.clone(), inner), 0..5).prop_map(|kv| Json::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
         ]
     })
+}
+
+/// A triggered grammar allows everything until its trigger appears in the text (here split
+/// across tokens), then only what the grammar allows after it.
+#[test]
+fn a_triggered_grammar_wakes_at_its_trigger() {
+    let tok = tokenizer();
+    let vocab = Arc::new(GrammarVocab::new(tok.clone()).unwrap());
+    let then = GrammarSpec::Lark("start: \"<tool_call>\\n\" %json {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}}, \"required\": [\"n\"], \"additionalProperties\": false, \"x-guidance\": {\"whitespace_flexible\": false}} \"\\n</tool_call>\"\n".into());
+    let g = GrammarSpec::Triggered { trigger: "<tool_call>".into(), then: Box::new(then) }.compile(&vocab).unwrap();
+    let n = tok.n_vocab();
+    let free = |c: &mut Constraint| {
+        let mut logits = vec![0.0f32; n];
+        c.apply(&mut logits).unwrap();
+        logits.iter().filter(|l| **l == 0.0).count()
+    };
+    // The trigger split over tokens ("<tool" then "_call>" or whatever pieces the tokenizer
+    // makes of it), after free text.
+    let mut c = Constraint::new(&g).unwrap();
+    let before = tok.encode("Let me look that up. <tool", false);
+    for &id in &before {
+        assert!(!c.active());
+        assert_eq!(free(&mut c), n, "a dormant grammar allows every token");
+        c.commit(id).unwrap();
+    }
+    assert!(!c.active());
+    for id in tok.encode("_call>", false) {
+        c.commit(id).unwrap();
+    }
+    assert!(c.active(), "the trigger completed across tokens");
+    // What is left is forced: "\n{\"n\": " — every allowed token is a prefix of it.
+    let mut logits = vec![0.0f32; n];
+    c.apply(&mut logits).unwrap();
+    let allowed: Vec<u32> = (0..n as u32).filter(|&i| logits[i as usize] == 0.0).collect();
+    assert!(!allowed.is_empty());
+    for id in &allowed {
+        let b = tok.token_bytes(*id).unwrap();
+        assert!(b"\n{\"n\": ".starts_with(b), "{:?}", String::from_utf8_lossy(b));
+    }
+    // Text after the trigger that breaks the grammar is an error, never ignored.
+    let mut c = Constraint::new(&g).unwrap();
+    // ("<tool_call>" is one token of its own here: " oops" goes to the woken grammar, which
+    // refuses it, on the commit after or on the next mask.)
+    let bad = tok.encode("<tool_call> oops", false);
+    let r: Result<Vec<()>, _> = bad.iter().map(|&id| c.commit(id)).collect();
+    use minfer::generate::ConstraintError::{AfterTrigger, Refused};
+    let mut logits = vec![0.0f32; n];
+    assert!(matches!(r, Err(AfterTrigger(_) | Refused(_))) || matches!(c.apply(&mut logits), Err(AfterTrigger(_) | Refused(_))), "{r:?}");
 }

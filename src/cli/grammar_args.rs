@@ -24,6 +24,11 @@ pub struct GrammarArgs {
 }
 
 impl GrammarArgs {
+    /// Whether a constraint was asked for.
+    pub fn is_set(&self) -> bool {
+        self.json_schema.is_some() || self.json_object || self.grammar.is_some()
+    }
+
     /// What was asked for (`None`: free text); files are read and JSON parsed here.
     pub fn spec(&self) -> Result<Option<(GrammarSpec, &'static str)>, CliError> {
         if let Some(s) = &self.json_schema {

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_batched;
+mod bench_structured;
 mod chat;
 mod draft_args;
 mod dump;
@@ -256,6 +257,11 @@ pub enum Command {
         /// each in one forward pass (its PP, TG, B, N_KV, T/S columns; `-d` does not apply).
         #[arg(long = "batch", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
         batch: Option<Vec<u32>>,
+        /// Structured output (`--json-schema`, `--json-object`, `--grammar`): greedy decoding
+        /// of up to `-n` tokens under the constraint against as many unconstrained, alternating;
+        /// also the time to build the token trie and to compile the constraint.
+        #[command(flatten)]
+        grammar: grammar_args::GrammarArgs,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -351,13 +357,16 @@ pub fn run_cli(cli: Cli) -> Result<(), CliError> {
             };
             run::run(&mut out, &model, prompt, &args)
         }
-        Command::Bench { model, n_prompt, n_gen, n_depth, reps, output, batch, engine } => {
+        Command::Bench { model, n_prompt, n_gen, n_depth, reps, output, batch, grammar, engine } => {
             let args = bench::BenchArgs { n_prompt, n_gen, n_depth, reps, output, engine: engine.resolved() };
-            if let Some(b) = batch {
+            if grammar.is_set() {
+                bench_structured::run(&mut out, &model, &args, &grammar)
+            } else if let Some(b) = batch {
                 let b: Vec<usize> = b.into_iter().map(|n| n as usize).collect();
-                return bench_batched::run(&mut out, &model, &args, &b);
+                bench_batched::run(&mut out, &model, &args, &b)
+            } else {
+                bench::run(&mut out, &model, &args)
             }
-            bench::run(&mut out, &model, &args)
         }
         Command::Serve(args) => serve::run(args),
         Command::Synth(args) => synth::run(&mut out, &args),

@@ -7,6 +7,10 @@
 //! once, and the thread computes the next mask while the forward pass for that token runs.
 //! The sampler waits for the mask only when the logits are ready (computing a mask takes tens
 //! of microseconds to a few milliseconds against a decode step of tens of milliseconds).
+//!
+//! A triggered grammar (`GrammarSpec::Triggered`) starts dormant: every token is allowed and
+//! the committed text is watched for the trigger; once it appears, a matcher consumes the text
+//! from the trigger on and the constraint applies from the next token.
 
 use std::sync::mpsc::{Receiver, Sender, channel};
 
@@ -29,14 +33,31 @@ pub enum ConstraintError {
     Stuck,
     #[error("the grammar's worker thread stopped")]
     WorkerGone,
+    /// The text that set off a triggered grammar does not fit it.
+    #[error("the text after the trigger does not fit the grammar: {0}")]
+    AfterTrigger(String),
+}
+
+/// The matcher's worker and the latest mask.
+struct Active {
+    commits: Sender<u32>,
+    masks: Receiver<Result<Allowed, String>>,
+    /// Replies the worker owes or has sent that were not read yet (one per commit, and the
+    /// first mask): only the last is the mask for the tokens committed so far.
+    outstanding: usize,
+    /// The mask for the tokens committed so far, once it has arrived.
+    current: Option<Allowed>,
+}
+
+enum State {
+    /// A triggered grammar before its trigger: the end of the text so far.
+    Dormant { grammar: Grammar, trigger: Vec<u8>, seen: Vec<u8> },
+    Active(Active),
 }
 
 /// One generation's grammar state.
 pub struct Constraint {
-    commits: Sender<u32>,
-    masks: Receiver<Result<Allowed, String>>,
-    /// The mask for the tokens committed so far, once it has arrived.
-    current: Option<Allowed>,
+    state: State,
     eog: Vec<u32>,
     /// Tokens committed.
     n_committed: usize,
@@ -73,29 +94,25 @@ impl Constraint {
     /// Starts a matcher for `grammar`; its first mask is computed at once, while the prompt
     /// is evaluated.
     pub fn new(grammar: &Grammar) -> Result<Constraint, ConstraintError> {
-        let (commits, commit_rx) = channel();
-        let (mask_tx, masks) = channel();
-        let m = grammar.matcher();
-        std::thread::Builder::new()
-            .name("minfer-grammar".into())
-            .spawn(move || work(m, commit_rx, mask_tx))
-            .map_err(|_| ConstraintError::WorkerGone)?;
-        Ok(Constraint { commits, masks, current: None, eog: grammar.vocab().eog().to_vec(), n_committed: 0 })
+        let eog = grammar.vocab().eog().to_vec();
+        let state = match grammar.trigger() {
+            Some(t) => State::Dormant { grammar: grammar.clone(), trigger: t.to_vec(), seen: Vec::new() },
+            None => State::Active(Active::start(grammar.matcher())?),
+        };
+        Ok(Constraint { state, eog, n_committed: 0 })
     }
 
-    fn wait(&mut self) -> Result<&Allowed, ConstraintError> {
-        if self.current.is_none() {
-            let got = self.masks.recv().map_err(|_| ConstraintError::WorkerGone)?;
-            self.current = Some(got.map_err(ConstraintError::Refused)?);
-        }
-        self.current.as_ref().ok_or(ConstraintError::WorkerGone)
+    /// Whether the grammar applies yet (a triggered one only after its trigger).
+    pub fn active(&self) -> bool {
+        matches!(self.state, State::Active(_))
     }
 
     /// Sets the logits of the tokens the grammar does not allow now to -inf (waiting for the
-    /// mask if it is still being computed).
+    /// mask if it is still being computed). A dormant grammar allows everything.
     pub fn apply(&mut self, logits: &mut [f32]) -> Result<(), ConstraintError> {
         let eog = self.eog.clone();
-        match self.wait()? {
+        let State::Active(a) = &mut self.state else { return Ok(()) };
+        match a.wait()? {
             Allowed::Tokens(mask) => {
                 let words = mask.as_slice();
                 let mut any = false;
@@ -128,24 +145,75 @@ impl Constraint {
         Ok(())
     }
 
-    /// Whether the grammar allows `id` now (waiting for the mask if need be).
-    pub fn allows(&mut self, id: u32) -> Result<bool, ConstraintError> {
-        let is_eog = self.eog.binary_search(&id).is_ok();
-        Ok(match self.wait()? {
-            Allowed::Tokens(mask) => (id as usize) < mask.len() && mask.is_allowed(id),
-            Allowed::EndOnly => is_eog,
-        })
-    }
-
     /// Commits a drawn token; the next mask is computed in the background. An
-    /// end-of-generation token ends the generation and is not passed on.
+    /// end-of-generation token ends the generation and is not passed on. A dormant grammar
+    /// watches for its trigger and wakes when the text holds it.
     pub fn commit(&mut self, id: u32) -> Result<(), ConstraintError> {
         if self.eog.binary_search(&id).is_ok() {
             return Ok(());
         }
-        self.commits.send(id).map_err(|_| ConstraintError::WorkerGone)?;
-        self.current = None;
         self.n_committed += 1;
+        match &mut self.state {
+            State::Active(a) => {
+                if a.commits.send(id).is_err() {
+                    // The worker ends only after reporting an error: that error is the answer.
+                    return Err(a.failure());
+                }
+                a.outstanding += 1;
+                a.current = None;
+            }
+            State::Dormant { grammar, trigger, seen } => {
+                // `seen` holds only the bytes a trigger could still begin in: the last
+                // `trigger.len() - 1` of the text before this token, and the token's.
+                seen.extend_from_slice(grammar.token_bytes(id));
+                if let Some(at) = seen.windows(trigger.len()).position(|w| w == trigger.as_slice()) {
+                    let m = grammar.matcher_after(&seen[at..]).map_err(ConstraintError::AfterTrigger)?;
+                    self.state = State::Active(Active::start(m)?);
+                } else {
+                    let keep = trigger.len() - 1;
+                    seen.drain(..seen.len().saturating_sub(keep));
+                }
+            }
+        }
         Ok(())
+    }
+}
+
+impl Active {
+    /// The worker for `m`; it computes the first mask at once.
+    fn start(m: Matcher) -> Result<Active, ConstraintError> {
+        let (commits, commit_rx) = channel();
+        let (mask_tx, masks) = channel();
+        std::thread::Builder::new()
+            .name("minfer-grammar".into())
+            .spawn(move || work(m, commit_rx, mask_tx))
+            .map_err(|_| ConstraintError::WorkerGone)?;
+        Ok(Active { commits, masks, outstanding: 1, current: None })
+    }
+
+    /// The mask for the tokens committed so far: the last reply the worker owes (earlier ones,
+    /// for tokens committed without a mask read in between, are stale). An error in any reply
+    /// is the answer: the grammar refused a token.
+    fn wait(&mut self) -> Result<&Allowed, ConstraintError> {
+        while self.current.is_none() {
+            let got = self.masks.recv().map_err(|_| ConstraintError::WorkerGone)?;
+            self.outstanding = self.outstanding.saturating_sub(1);
+            match got {
+                Err(e) => return Err(ConstraintError::Refused(e)),
+                Ok(m) if self.outstanding == 0 => self.current = Some(m),
+                Ok(_) => {}
+            }
+        }
+        self.current.as_ref().ok_or(ConstraintError::WorkerGone)
+    }
+
+    /// Why the worker stopped: the error it reported.
+    fn failure(&mut self) -> ConstraintError {
+        while let Ok(r) = self.masks.recv() {
+            if let Err(e) = r {
+                return ConstraintError::Refused(e);
+            }
+        }
+        ConstraintError::WorkerGone
     }
 }

@@ -14,6 +14,7 @@
 use serde_json::{Map, Value as Json};
 
 use super::error::GrammarError;
+use crate::chat::message::kind_of as kind;
 use super::spec::compile_schema;
 use super::vocab::GrammarVocab;
 
@@ -80,17 +81,6 @@ fn node(v: &Json, path: &str) -> Result<(), GrammarError> {
         keyword(key, value, &at)?;
     }
     bounds(m, path)
-}
-
-fn kind(v: &Json) -> &'static str {
-    match v {
-        Json::Null => "null",
-        Json::Bool(_) => "a boolean",
-        Json::Number(_) => "a number",
-        Json::String(_) => "a string",
-        Json::Array(_) => "an array",
-        Json::Object(_) => "an object",
-    }
 }
 
 fn schema_map(v: &Json, at: &str) -> Result<(), GrammarError> {

@@ -31,6 +31,10 @@ pub enum GrammarSpec {
     /// A grammar in llguidance's Lark syntax (the start rule is `start`; `%json {...}` embeds
     /// a schema).
     Lark(String),
+    /// Free text until `trigger` appears; from the trigger on (itself included) the text must
+    /// follow `then` (llama.cpp's lazy grammars: tool calls in an answer that may also be
+    /// plain text).
+    Triggered { trigger: String, then: Box<GrammarSpec> },
 }
 
 /// A compiled grammar: a matcher per generation comes from [`Grammar::matcher`].
@@ -39,6 +43,9 @@ pub struct Grammar {
     parser: TokenParser,
     vocab: Arc<GrammarVocab>,
     compile_secs: f64,
+    /// The grammar applies from this text on ([`GrammarSpec::Triggered`]); `None`: from the
+    /// first token.
+    trigger: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Grammar {
@@ -55,6 +62,26 @@ impl Grammar {
 
     pub fn vocab(&self) -> &Arc<GrammarVocab> {
         &self.vocab
+    }
+
+    /// The text that switches the grammar on, for a triggered grammar.
+    pub fn trigger(&self) -> Option<&[u8]> {
+        self.trigger.as_deref()
+    }
+
+    /// The bytes token `id` stands for (special tokens: a 0xFF marker and their text).
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        let trie = self.vocab.factory().tok_env().tok_trie();
+        if (id as usize) < trie.vocab_size() { trie.token(id) } else { &[] }
+    }
+
+    /// A matcher that has consumed `text` (the start of a triggered grammar's text): the text
+    /// is tokenized as the model's tokenizer would; an error says why the grammar refused it.
+    pub fn matcher_after(&self, text: &[u8]) -> Result<Matcher, String> {
+        let mut m = self.matcher();
+        let tokens = self.vocab.factory().tok_env().tokenize_bytes(text);
+        m.consume_tokens(&tokens).map_err(|e| one_line(&e.to_string()))?;
+        Ok(m)
     }
 
     /// Seconds the compilation took.
@@ -94,6 +121,13 @@ impl GrammarSpec {
     /// Checks and compiles; errors say where the schema or grammar is wrong.
     pub fn compile(&self, vocab: &Arc<GrammarVocab>) -> Result<Grammar, GrammarError> {
         let t0 = Instant::now();
+        if let GrammarSpec::Triggered { trigger, then } = self {
+            if trigger.is_empty() || matches!(**then, GrammarSpec::Triggered { .. }) {
+                return Err(GrammarError::Compile("a trigger must be non-empty text before a plain grammar".into()));
+            }
+            let inner = then.compile(vocab)?;
+            return Ok(Grammar { trigger: Some(trigger.as_bytes().to_vec()), compile_secs: t0.elapsed().as_secs_f64(), ..inner });
+        }
         let parser = match self {
             GrammarSpec::JsonSchema(schema) => {
                 schema_check::check(schema)?;
@@ -102,8 +136,9 @@ impl GrammarSpec {
             GrammarSpec::JsonObject => compile_schema(vocab, &json!({"type": "object"})).map_err(GrammarError::Compile)?,
             GrammarSpec::Gbnf(text) => compile_lark(vocab, &gbnf_to_lark(text)?)?,
             GrammarSpec::Lark(text) => compile_lark(vocab, text)?,
+            GrammarSpec::Triggered { .. } => return Err(GrammarError::Compile("a triggered grammar nested in another".into())),
         };
-        Ok(Grammar { parser, vocab: vocab.clone(), compile_secs: t0.elapsed().as_secs_f64() })
+        Ok(Grammar { parser, vocab: vocab.clone(), compile_secs: t0.elapsed().as_secs_f64(), trigger: None })
     }
 
     /// Checks a JSON schema that will be embedded in a Lark grammar (`%json {...}`), so that

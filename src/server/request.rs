@@ -9,7 +9,7 @@ use serde_json::{Map, Value as Json};
 
 use super::error::ApiError;
 use super::fields::{Fields, kind_of};
-use super::structured::{Structured, ToolChoice, forced_calls, llama_fields, response_format, tool_choice};
+use super::structured::{Structured, ToolChoice, llama_fields, response_format, tool_calls, tool_choice};
 use crate::chat::ChatMessage;
 use crate::generate::SamplerParams;
 
@@ -292,16 +292,16 @@ pub fn chat_request(body: &Map<String, Json>, n_vocab: usize) -> Result<ChatComp
         tools = None;
     }
     let forced = match &tools {
-        Some(t) => forced_calls(t, &choice)?,
+        Some(t) => tool_calls(t, &choice)?,
         None if choice != ToolChoice::Auto => return Err(ApiError::param("tool_choice", "forces a tool call, so 'tools' must offer one")),
         None => None,
     };
     let mut opts = gen_options(&f, LogprobsStyle::Chat, n_vocab)?;
     // One constraint per request: response_format, json_schema / grammar, or a forced call.
-    for (c, field) in [(response_format(&f)?, "response_format"), (forced, "tool_choice")] {
+    for (c, field) in [(response_format(&f)?, "response_format"), (forced, "tools")] {
         if let Some(c) = c {
             if opts.structured.is_some() {
-                return Err(ApiError::param(field, "constrains the answer, and so does another field: give one of response_format, json_schema, grammar and a forced tool_choice"));
+                return Err(ApiError::param(field, "constrains the answer, and so does another field: give one of response_format, json_schema, grammar, and strict tools or a forced tool_choice"));
             }
             opts.structured = Some(c);
         }

@@ -134,12 +134,25 @@ pub fn tool_choice(f: &Fields) -> Result<ToolChoice, ApiError> {
     }
 }
 
-/// The grammar of a forced tool call in the Hermes format Qwen's templates teach
-/// (`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, see `tools.rs`): for
-/// `required`, one or more calls of any offered function; for a named function, one call of
-/// it. The arguments follow each function's `parameters` schema.
-pub fn forced_calls(tools: &Json, choice: &ToolChoice) -> Result<Option<Structured>, ApiError> {
-    let (Json::Array(list), ToolChoice::Required | ToolChoice::Named(_)) = (tools, choice) else { return Ok(None) };
+/// The grammar of tool calls in the Hermes format Qwen's templates teach
+/// (`<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, see `tools.rs`):
+///
+/// * `required`: one or more calls of any offered function, from the first token;
+/// * a named function: one call of it, from the first token;
+/// * `auto` when some function is `strict`: the answer is free until it writes `<tool_call>`,
+///   then one or more calls follow (OpenAI's strict function calling); the strict functions'
+///   arguments follow their schemas, the others' are any JSON object.
+///
+/// Without these, nothing is constrained. The arguments of a forced call follow each
+/// function's `parameters` schema.
+pub fn tool_calls(tools: &Json, choice: &ToolChoice) -> Result<Option<Structured>, ApiError> {
+    let Json::Array(list) = tools else { return Ok(None) };
+    let strict = |t: &Json| t.pointer("/function/strict") == Some(&Json::Bool(true));
+    let lazy = match choice {
+        ToolChoice::Required | ToolChoice::Named(_) => false,
+        ToolChoice::Auto if list.iter().any(strict) => true,
+        _ => return Ok(None),
+    };
     let mut alts = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let at = format!("tools[{i}].function");
@@ -151,6 +164,7 @@ pub fn forced_calls(tools: &Json, choice: &ToolChoice) -> Result<Option<Structur
             continue;
         }
         let params = match func.get("parameters") {
+            _ if lazy && !strict(t) => json!({"type": "object"}),
             None | Some(Json::Null) => json!({"type": "object", "properties": {}}),
             Some(p) => p.clone(),
         };
@@ -170,11 +184,13 @@ pub fn forced_calls(tools: &Json, choice: &ToolChoice) -> Result<Option<Structur
     }
     let (names, defs): (Vec<&String>, Vec<&String>) = (alts.iter().step_by(2).collect(), alts.iter().skip(1).step_by(2).collect());
     let mut lark = String::new();
-    lark.push_str(if matches!(choice, ToolChoice::Required) { "start: call (\"\\n\" call)*\n" } else { "start: call\n" });
+    lark.push_str(if matches!(choice, ToolChoice::Named(_)) { "start: call\n" } else { "start: call (\"\\n\" call)*\n" });
     lark.push_str("call: \"<tool_call>\\n\" body \"\\n</tool_call>\"\n");
     lark.push_str(&format!("body: {}\n", names.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" | ")));
     for (n, d) in names.iter().zip(defs) {
         lark.push_str(&format!("{n}: {d}\n"));
     }
-    Ok(Some(Structured { spec: GrammarSpec::Lark(lark), field: "tools".into() }))
+    let spec = GrammarSpec::Lark(lark);
+    let spec = if lazy { GrammarSpec::Triggered { trigger: super::tools::OPEN.into(), then: Box::new(spec) } } else { spec };
+    Ok(Some(Structured { spec, field: "tools".into() }))
 }

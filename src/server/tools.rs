@@ -16,7 +16,7 @@ use serde_json::{Value as Json, json};
 
 use crate::generate::longest_suffix_prefix;
 
-const OPEN: &str = "<tool_call>";
+pub const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
 
 #[derive(Debug, Clone, PartialEq)]
