@@ -104,6 +104,8 @@ fn invalid_schemas_are_refused_at_their_place() {
         (json!({"minLength": -1}), "minLength", "non-negative integer"),
         (json!({"exclusiveMinimum": 1, "exclusiveMaximum": 1}), "exclusiveMinimum", "not below"),
         (json!(false), "", "accepts no value"),
+        (json!({"oneOf": [{"type": "object"}, {"type": "object"}], "x-guidance": {"coerce_one_of": true}}), "x-guidance.coerce_one_of", "would change what is enforced"),
+        (json!({"type": "object", "x-guidance": {"lenient": true}}), "x-guidance.lenient", "would change what is enforced"),
     ];
     for (schema, path, says) in cases {
         match GrammarSpec::JsonSchema(schema.clone()).compile(&vocab) {
@@ -119,6 +121,44 @@ fn invalid_schemas_are_refused_at_their_place() {
     let ok = json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "t", "description": "d", "type": "object",
         "properties": {"a": {"type": "string", "format": "date", "default": "2020-01-01", "examples": ["x"]}}, "required": ["a"]});
     GrammarSpec::JsonSchema(ok).compile(&vocab).unwrap();
+    GrammarSpec::JsonSchema(json!({"type": "object", "x-guidance": {"whitespace_flexible": true}})).compile(&vocab).unwrap();
+}
+
+/// Feeds `text`'s tokens to `c`, each only if the mask allows it: whether all were allowed.
+fn walk(c: &mut Constraint, tok: &Tokenizer, text: &str) -> bool {
+    for id in tok.encode(text, false) {
+        let mut logits = vec![0.0f32; tok.n_vocab()];
+        if c.apply(&mut logits).is_err() || logits[id as usize] != 0.0 {
+            return false;
+        }
+        c.commit(id).unwrap();
+    }
+    true
+}
+
+/// GBNF read as llama.cpp reads it, character by character: texts that a greedy lexer would
+/// refuse are produced, and the odd corners compile.
+#[test]
+fn gbnf_follows_llama_cpp() {
+    let tok = tokenizer();
+    let vocab = Arc::new(GrammarVocab::new(tok.clone()).unwrap());
+    // Walks `text` through the grammar token by token (the tokenizer's tokens), then asks
+    // whether the grammar may end there.
+    let accepts = |g: &str, text: &str| -> bool {
+        let grammar = GrammarSpec::Gbnf(g.into()).compile(&vocab).unwrap_or_else(|e| panic!("{g:?}: {e}"));
+        let mut c = Constraint::new(&grammar).unwrap();
+        let ok = walk(&mut c, &tok, text);
+        let mut logits = vec![0.0f32; tok.n_vocab()];
+        ok && c.apply(&mut logits).is_ok() && tok.eog_ids().iter().any(|&e| logits[e as usize] == 0.0)
+    };
+    let g = "root ::= \"a\" \"b\" | \"ab\" \"c\"\n";
+    assert!(accepts(g, "ab") && accepts(g, "abc") && !accepts(g, "abb"));
+    let g = "root ::= [^] \"x\"{0} \"y\" *\n";
+    assert!(accepts(g, "?yy") && accepts(g, "\n") && !accepts(g, "?x"));
+    let g = "root ::= (\"a\"?)+ \"\\x7f\"\n";
+    assert!(accepts(g, "aa\u{7f}") && accepts(g, "\u{7f}"));
+    // A language with no text at all is refused when compiled, not mid-answer.
+    assert!(GrammarSpec::Gbnf("root ::= root \"a\"\n".into()).compile(&vocab).is_err());
 }
 
 const SCHEMA: &str = r#"{"type": "object", "properties": {
@@ -257,4 +297,25 @@ fn a_triggered_grammar_wakes_at_its_trigger() {
     use minfer::generate::ConstraintError::{AfterTrigger, Refused};
     let mut logits = vec![0.0f32; n];
     assert!(matches!(r, Err(AfterTrigger(_) | Refused(_))) || matches!(c.apply(&mut logits), Err(AfterTrigger(_) | Refused(_))), "{r:?}");
+}
+
+/// A function whose parameters use `$defs` and refer to their own root (`#`), as pydantic
+/// writes them: forced calls keep those references' meaning.
+#[test]
+fn tool_parameters_keep_their_references() {
+    use minfer::server::structured::{ToolChoice, tool_calls};
+    let tok = tokenizer();
+    let vocab = Arc::new(GrammarVocab::new(tok.clone()).unwrap());
+    let tools = json!([{"type": "function", "function": {"name": "tree", "parameters": {
+        "$defs": {"Unit": {"enum": ["c", "f"]}},
+        "type": "object",
+        "properties": {"unit": {"$ref": "#/$defs/Unit"}, "child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+        "required": ["unit", "child"], "additionalProperties": false}}}]);
+    let s = tool_calls(&tools, &ToolChoice::Required).unwrap().unwrap();
+    let grammar = s.compile(&vocab).unwrap();
+    let ok = "<tool_call>\n{\"name\": \"tree\", \"arguments\": {\"unit\": \"c\", \"child\": {\"unit\": \"f\", \"child\": null}}}\n</tool_call>";
+    let bad = "<tool_call>\n{\"name\": \"tree\", \"arguments\": {\"unit\": \"c\", \"child\": {\"name\": ";
+    for (text, fits) in [(ok, true), (bad, false)] {
+        assert_eq!(walk(&mut Constraint::new(&grammar).unwrap(), &tok, text), fits, "{text}");
+    }
 }

@@ -23,27 +23,39 @@ enum Expr {
     /// Ranges of characters (inclusive), negated or not.
     Class { negated: bool, ranges: Vec<(char, char)> },
     Any,
-    Rule(String, (usize, usize)),
+    /// A rule name and where it is referenced (a char offset, for errors).
+    Rule(String, usize),
     /// Alternatives of sequences.
     Alt(Vec<Vec<Expr>>),
     Repeat(Box<Expr>, usize, Option<usize>),
 }
 
+/// Deepest nesting of parentheses: the parser and the translation recurse once per level.
+const MAX_DEPTH: usize = 64;
+
+/// Most repetition operators stacked on one item (`"a"*?+`).
+const MAX_STACKED: usize = 4;
+
+/// Largest count of a `{m,n}` repetition (the compiler unrolls them).
+const MAX_REPEAT: usize = 1000;
+
 struct Parser<'a> {
     src: &'a [char],
     pos: usize,
+    depth: usize,
+}
+
+/// Line and column (from 1) of char offset `pos` in `src`.
+fn line_col(src: &[char], pos: usize) -> (usize, usize) {
+    let before = &src[..pos.min(src.len())];
+    let line = before.iter().filter(|&&c| c == '\n').count() + 1;
+    let col = before.iter().rev().take_while(|&&c| c != '\n').count() + 1;
+    (line, col)
 }
 
 impl Parser<'_> {
-    fn line_col(&self, pos: usize) -> (usize, usize) {
-        let before = &self.src[..pos.min(self.src.len())];
-        let line = before.iter().filter(|&&c| c == '\n').count() + 1;
-        let col = before.iter().rev().take_while(|&&c| c != '\n').count() + 1;
-        (line, col)
-    }
-
     fn fail<T>(&self, message: impl Into<String>) -> Result<T, GrammarError> {
-        let (line, column) = self.line_col(self.pos);
+        let (line, column) = line_col(self.src, self.pos);
         Err(GrammarError::Gbnf { line, column, message: message.into() })
     }
 
@@ -94,7 +106,8 @@ impl Parser<'_> {
         self.pos += 1;
         let hex = |p: &mut Self, n: usize| -> Result<char, GrammarError> {
             let digits: String = p.src.get(p.pos..p.pos + n).map(|d| d.iter().collect()).unwrap_or_default();
-            match u32::from_str_radix(&digits, 16).ok().and_then(char::from_u32) {
+            let hex_only = digits.chars().all(|d| d.is_ascii_hexdigit());
+            match u32::from_str_radix(&digits, 16).ok().filter(|_| hex_only).and_then(char::from_u32) {
                 Some(ch) if digits.len() == n => {
                     p.pos += n;
                     Ok(ch)
@@ -185,18 +198,24 @@ impl Parser<'_> {
             }
             ranges.push((lo, hi));
         }
-        if ranges.is_empty() && !negated {
+        if ranges.is_empty() {
+            if negated {
+                // `[^]` excludes nothing: any character, as llama.cpp reads it.
+                return Ok(Expr::Any);
+            }
             return self.fail("an empty character class matches nothing");
         }
         Ok(Expr::Class { negated, ranges })
     }
 
+    /// Digits at the cursor (`None`: none there); a number too large to hold reads as
+    /// `usize::MAX`, which the repetition bound then refuses.
     fn number(&mut self) -> Option<usize> {
         let start = self.pos;
         while self.peek().is_some_and(|c| c.is_ascii_digit()) {
             self.pos += 1;
         }
-        self.src[start..self.pos].iter().collect::<String>().parse().ok()
+        (self.pos > start).then(|| self.src[start..self.pos].iter().collect::<String>().parse().unwrap_or(usize::MAX))
     }
 
     fn alternatives(&mut self, nested: bool) -> Result<Expr, GrammarError> {
@@ -228,9 +247,14 @@ impl Parser<'_> {
                     Expr::Any
                 }
                 Some('(') => {
+                    if self.depth >= MAX_DEPTH {
+                        return self.fail(format!("parentheses nest deeper than {MAX_DEPTH}"));
+                    }
                     self.pos += 1;
                     self.space(true);
+                    self.depth += 1;
                     let inner = self.alternatives(true)?;
+                    self.depth -= 1;
                     self.space(true);
                     if self.peek() != Some(')') {
                         return self.fail("expected ')'");
@@ -239,7 +263,7 @@ impl Parser<'_> {
                     inner
                 }
                 Some(c) if c.is_ascii_alphanumeric() || c == '-' || c == '_' => {
-                    let at = self.line_col(start);
+                    let at = start;
                     let name = self.name().unwrap_or_default();
                     // `name ::=` starts the next rule: this sequence has ended.
                     let mut p = self.pos;
@@ -252,13 +276,31 @@ impl Parser<'_> {
                     }
                     Expr::Rule(name, at)
                 }
+                // A postfix operator applies to the item before it (spaces between allowed,
+                // operators may stack, as llama.cpp reads them).
+                Some('*' | '+' | '?' | '{') => match items.pop() {
+                    Some(last) => self.repetition(last)?,
+                    None => return self.fail("a repetition operator needs an item before it"),
+                },
                 _ => return Ok(items),
             };
-            items.push(self.repetition(item)?);
+            // `x{0}` matches only the empty string: nothing to add.
+            if !matches!(item, Expr::Repeat(_, 0, Some(0))) {
+                items.push(item);
+            }
         }
     }
 
     fn repetition(&mut self, item: Expr) -> Result<Expr, GrammarError> {
+        let mut stacked = 0;
+        let mut e = &item;
+        while let Expr::Repeat(inner, ..) = e {
+            stacked += 1;
+            e = inner;
+        }
+        if stacked >= MAX_STACKED {
+            return self.fail(format!("more than {MAX_STACKED} repetition operators stacked on one item"));
+        }
         let rep = |lo, hi| Expr::Repeat(Box::new(item.clone()), lo, hi);
         Ok(match self.peek() {
             Some('*') => {
@@ -290,6 +332,9 @@ impl Parser<'_> {
                     return self.fail("expected '}'");
                 }
                 self.pos += 1;
+                if lo.max(hi.unwrap_or(0)) > MAX_REPEAT {
+                    return self.fail(format!("repetition counts above {MAX_REPEAT} are not supported"));
+                }
                 if hi.is_some_and(|h| h < lo) {
                     return self.fail(format!("the repetition {{{lo},{}}} is backwards", hi.unwrap_or(0)));
                 }
@@ -301,10 +346,10 @@ impl Parser<'_> {
 }
 
 /// The GBNF rules, in order of definition.
-fn parse(text: &str) -> Result<Vec<(String, Expr)>, GrammarError> {
-    let src: Vec<char> = text.chars().collect();
-    let mut p = Parser { src: &src, pos: 0 };
+fn parse(src: &[char]) -> Result<Vec<(String, Expr)>, GrammarError> {
+    let mut p = Parser { src, pos: 0, depth: 0 };
     let mut rules: Vec<(String, Expr)> = Vec::new();
+    let mut defined: BTreeSet<String> = BTreeSet::new();
     loop {
         p.space(true);
         if p.peek().is_none() {
@@ -322,12 +367,12 @@ fn parse(text: &str) -> Result<Vec<(String, Expr)>, GrammarError> {
         if p.peek().is_some_and(|c| c != '\n') {
             return p.fail(format!("unexpected {:?} in the rule '{name}'", p.peek().unwrap_or(' ')));
         }
-        if rules.iter().any(|(n, _)| *n == name) {
+        if !defined.insert(name.clone()) {
             return p.fail(format!("the rule '{name}' is defined twice"));
         }
         rules.push((name, body));
     }
-    if !rules.iter().any(|(n, _)| n == "root") {
+    if !defined.contains("root") {
         return Err(GrammarError::Gbnf { line: 1, column: 1, message: "the grammar has no 'root' rule".into() });
     }
     Ok(rules)
@@ -335,7 +380,8 @@ fn parse(text: &str) -> Result<Vec<(String, Expr)>, GrammarError> {
 
 /// GBNF text → a Lark grammar for llguidance; errors name the line and column.
 pub fn gbnf_to_lark(text: &str) -> Result<String, GrammarError> {
-    let rules = parse(text)?;
+    let src: Vec<char> = text.chars().collect();
+    let rules = parse(&src)?;
     // GBNF names may hold '-' and capitals (Lark reads capitals as terminals): each rule gets
     // a lowercase name of its own.
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
@@ -353,17 +399,40 @@ pub fn gbnf_to_lark(text: &str) -> Result<String, GrammarError> {
     let mut out = format!("start: {}\n", names["root"]);
     for (n, body) in &rules {
         let mut s = String::new();
-        emit(body, &names, &mut s)?;
+        emit(body, &names, &src, &mut s)?;
         let _ = writeln!(out, "{}: {s}", names[n.as_str()]);
     }
     Ok(out)
 }
 
-fn emit(e: &Expr, names: &BTreeMap<&str, String>, out: &mut String) -> Result<(), GrammarError> {
+/// A Lark string literal (JSON syntax) of one character.
+fn lark_char(c: char, out: &mut String) {
+    out.push('"');
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+            let _ = write!(out, "\\u{:04x}", c as u32);
+        }
+        c => out.push(c),
+    }
+    out.push('"');
+}
+
+fn emit(e: &Expr, names: &BTreeMap<&str, String>, src: &[char], out: &mut String) -> Result<(), GrammarError> {
     match e {
+        // One literal per character: llguidance lexes a longer literal greedily, which would
+        // refuse texts that GBNF's character-level reading accepts (`"a" "b" | "ab" "c"`).
+        Expr::Literal(s) if s.is_empty() => out.push_str("\"\""),
         Expr::Literal(s) => {
-            // An empty literal matches the empty string.
-            out.push_str(&if s.is_empty() { "\"\"".to_string() } else { serde_json::Value::String(s.clone()).to_string() });
+            out.push('(');
+            for (i, c) in s.chars().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                lark_char(c, out);
+            }
+            out.push(')');
         }
         Expr::Any => out.push_str("/(?s:.)/"),
         Expr::Class { negated, ranges } => {
@@ -376,9 +445,12 @@ fn emit(e: &Expr, names: &BTreeMap<&str, String>, out: &mut String) -> Result<()
             }
             out.push_str("]/");
         }
-        Expr::Rule(name, (line, column)) => match names.get(name.as_str()) {
+        Expr::Rule(name, at) => match names.get(name.as_str()) {
             Some(n) => out.push_str(n),
-            None => return Err(GrammarError::Gbnf { line: *line, column: *column, message: format!("the rule '{name}' is not defined") }),
+            None => {
+                let (line, column) = line_col(src, *at);
+                return Err(GrammarError::Gbnf { line, column, message: format!("the rule '{name}' is not defined") });
+            }
         },
         Expr::Alt(alts) => {
             let empty = alts.iter().any(Vec::is_empty);
@@ -396,7 +468,7 @@ fn emit(e: &Expr, names: &BTreeMap<&str, String>, out: &mut String) -> Result<()
                     if j > 0 {
                         out.push(' ');
                     }
-                    emit(item, names, out)?;
+                    emit(item, names, src, out)?;
                 }
             }
             out.push(')');
@@ -406,7 +478,7 @@ fn emit(e: &Expr, names: &BTreeMap<&str, String>, out: &mut String) -> Result<()
         }
         Expr::Repeat(inner, lo, hi) => {
             out.push('(');
-            emit(inner, names, out)?;
+            emit(inner, names, src, out)?;
             out.push(')');
             match (lo, hi) {
                 (0, None) => out.push('*'),
@@ -434,7 +506,7 @@ mod tests {
         let lark = gbnf_to_lark(g).unwrap();
         assert_eq!(
             lark,
-            "start: g_root\ng_root: (g_expr)\ng_expr: (g_term (((\"+\" | \"-\") g_term))*)\ng_term: ((/[\\x{30}-\\x{39}]/)+)\n"
+            "start: g_root\ng_root: (g_expr)\ng_expr: (g_term ((((\"+\") | (\"-\")) g_term))*)\ng_term: ((/[\\x{30}-\\x{39}]/)+)\n"
         );
     }
 
@@ -443,7 +515,7 @@ mod tests {
         let g = "root ::=\n  \"{\" ws (\n   my-Item\n  )? \"}\"\n  | \"x\"\nmy-Item ::= [^\"\\\\] ws\nws ::= [ \\t\\n]*\n";
         let lark = gbnf_to_lark(g).unwrap();
         assert!(lark.contains("g_my_item: (/[^\\x{22}\\x{5c}]/ g_ws)"), "{lark}");
-        assert!(lark.contains("| \"x\")"), "{lark}");
+        assert!(lark.contains("| (\"x\"))"), "{lark}");
     }
 
     #[test]
@@ -457,7 +529,14 @@ mod tests {
             ("root ::= \"a\"{3,1}\n", (1, 18), "backwards"),
             ("root ::= (\"a\"\n", (2, 1), "expected ')'"),
             ("root ::= \"\\q\"\n", (1, 12), "unknown escape"),
+            ("root ::= \"\\x+f\"\n", (1, 13), "hexadecimal"),
+            ("root ::= * \"a\"\n", (1, 10), "needs an item"),
+            ("root ::= \"a\"{2000}\n", (1, 19), "above 1000"),
+            ("root ::= \"a\"{99999999999999999999999,}\n", (1, 39), "above 1000"),
+            ("root ::= \"a\"*****\n", (1, 17), "stacked on one item"),
         ];
+        let deep = format!("root ::= {}\"a\"{}\n", "(".repeat(100_000), ")".repeat(100_000));
+        assert!(matches!(gbnf_to_lark(&deep), Err(GrammarError::Gbnf { message, .. }) if message.contains("nest deeper")));
         for (g, (line, column), what) in cases {
             match gbnf_to_lark(g) {
                 Err(GrammarError::Gbnf { line: l, column: c, message }) => {

@@ -148,9 +148,19 @@ fn keyword(key: &str, v: &Json, at: &str) -> Result<(), GrammarError> {
             Some(f) => Err(err(at, format!("the format '{f}' cannot be enforced (supported: {})", FORMATS.join(", ")))),
             None => Err(err(at, format!("must be a string, got {}", kind(v)))),
         },
+        "x-guidance" => {
+            let Json::Object(opts) = v else { return Err(err(at, format!("must be an object, got {}", kind(v)))) };
+            match opts.keys().find(|k| !X_GUIDANCE.contains(&k.as_str())) {
+                Some(k) => Err(err(&join(at, k), format!("only the output's white space can be set here ({}): '{k}' would change what is enforced", X_GUIDANCE.join(", ")))),
+                None => Ok(()),
+            }
+        }
         _ => Ok(()),
     }
 }
+
+/// The `x-guidance` options a schema may set: how JSON is written, not what is accepted.
+const X_GUIDANCE: &[&str] = &["whitespace_flexible", "whitespace_pattern", "item_separator", "key_separator"];
 
 /// Lower bounds above their upper bounds, reported at the lower bound.
 fn bounds(m: &Map<String, Json>, path: &str) -> Result<(), GrammarError> {

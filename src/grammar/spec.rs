@@ -138,6 +138,9 @@ impl GrammarSpec {
             GrammarSpec::Lark(text) => compile_lark(vocab, text)?,
             GrammarSpec::Triggered { .. } => return Err(GrammarError::Compile("a triggered grammar nested in another".into())),
         };
+        // The first mask, once: a grammar whose language turns out empty (`root ::= root "a"`)
+        // is refused here rather than failing mid-generation.
+        Matcher::new(Ok(parser.deep_clone())).compute_mask().map_err(|e| GrammarError::Compile(format!("no text can follow it: {}", one_line(&e.to_string()))))?;
         Ok(Grammar { parser, vocab: vocab.clone(), compile_secs: t0.elapsed().as_secs_f64(), trigger: None })
     }
 

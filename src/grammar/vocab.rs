@@ -43,6 +43,9 @@ impl TokenizerEnv for Env {
 
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
         match std::str::from_utf8(s) {
+            // A SentencePiece vocabulary that puts a space in front of a text would change the
+            // bytes: greedy over the trie then.
+            Ok(_) if self.tok.add_space_prefix() => self.trie.greedy_tokenize(s),
             Ok(text) => self.tok.encode(text, false),
             // A forced prefix can end inside a code point: greedy over the trie then.
             Err(_) => self.trie.greedy_tokenize(s),

@@ -293,7 +293,7 @@ pub fn chat_request(body: &Map<String, Json>, n_vocab: usize) -> Result<ChatComp
     }
     let forced = match &tools {
         Some(t) => tool_calls(t, &choice)?,
-        None if choice != ToolChoice::Auto => return Err(ApiError::param("tool_choice", "forces a tool call, so 'tools' must offer one")),
+        None if matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) => return Err(ApiError::param("tool_choice", "forces a tool call, so 'tools' must offer one")),
         None => None,
     };
     let mut opts = gen_options(&f, LogprobsStyle::Chat, n_vocab)?;
@@ -429,6 +429,18 @@ mod tests {
     }
 
     #[test]
+    fn tool_choice_none_and_auto_need_no_tools() {
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        for choice in ["none", "auto"] {
+            let r = chat(json!({"messages": msgs, "tool_choice": choice})).unwrap();
+            assert!(r.tools.is_none() && r.opts.structured.is_none(), "{choice}");
+        }
+        let tools = json!([{"type": "function", "function": {"name": "f", "strict": true}}]);
+        assert!(chat(json!({"messages": msgs, "tools": tools, "tool_choice": "none"})).unwrap().opts.structured.is_none());
+        assert!(chat(json!({"messages": msgs, "tools": tools})).unwrap().opts.structured.is_some(), "strict tools under auto");
+    }
+
+    #[test]
     fn banning_every_token_is_refused() {
         let all: Map<String, Json> = (0..1000).map(|i| (i.to_string(), json!(-100))).collect();
         let r = chat(json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": all}));
@@ -476,6 +488,8 @@ mod tests {
             (json!({"messages": msgs, "json_schema": {}, "grammar": "root ::= \"a\""}), "grammar"),
             (json!({"messages": msgs, "tool_choice": "required"}), "tool_choice"),
             (json!({"messages": msgs, "tool_choice": "sometimes"}), "tool_choice"),
+            (json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f", "strict": "yes"}}]}), "tools[0].function.strict"),
+            (json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "x-guidance": {}}}}], "tool_choice": "required"}), "tools[0].function.parameters.x-guidance"),
             (json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}), "tool_choice"),
             (json!({"messages": msgs, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}}}], "tool_choice": "required"}), "tools[0].function.parameters.properties.a.type"),
             (json!({"messages": msgs, "presence_penalty": 3}), "presence_penalty"),

@@ -147,6 +147,11 @@ pub fn tool_choice(f: &Fields) -> Result<ToolChoice, ApiError> {
 /// function's `parameters` schema.
 pub fn tool_calls(tools: &Json, choice: &ToolChoice) -> Result<Option<Structured>, ApiError> {
     let Json::Array(list) = tools else { return Ok(None) };
+    for (i, t) in list.iter().enumerate() {
+        if t.pointer("/function/strict").is_some_and(|v| !v.is_boolean() && !v.is_null()) {
+            return Err(ApiError::param(format!("tools[{i}].function.strict"), "must be a boolean"));
+        }
+    }
     let strict = |t: &Json| t.pointer("/function/strict") == Some(&Json::Bool(true));
     let lazy = match choice {
         ToolChoice::Required | ToolChoice::Named(_) => false,
@@ -169,12 +174,10 @@ pub fn tool_calls(tools: &Json, choice: &ToolChoice) -> Result<Option<Structured
             Some(p) => p.clone(),
         };
         GrammarSpec::check_schema(&params).map_err(|e| placed(e, &format!("{at}.parameters")))?;
-        let call = json!({
-            "type": "object",
-            "properties": {"name": {"const": name}, "arguments": params},
-            "required": ["name", "arguments"],
-            "additionalProperties": false,
-        });
+        if params.get("x-guidance").is_some() {
+            return Err(ApiError::param(format!("{at}.parameters.x-guidance"), "is not allowed in a function's parameters"));
+        }
+        let call = call_schema(name, params);
         alts.push(format!("tool_{i}"));
         alts.push(GrammarSpec::lark_json(&call));
     }
@@ -193,4 +196,46 @@ pub fn tool_calls(tools: &Json, choice: &ToolChoice) -> Result<Option<Structured
     let spec = GrammarSpec::Lark(lark);
     let spec = if lazy { GrammarSpec::Triggered { trigger: super::tools::OPEN.into(), then: Box::new(spec) } } else { spec };
     Ok(Some(Structured { spec, field: "tools".into() }))
+}
+
+/// The schema of one call, `{"name": NAME, "arguments": PARAMS}`. References inside the
+/// parameters are relative to the parameters' own root: their `$defs` / `definitions` move to
+/// the call's root, and `#...` references other than into those are rewritten to point under
+/// `arguments`, so that every reference means what it meant.
+fn call_schema(name: &str, mut params: Json) -> Json {
+    let mut call = json!({
+        "type": "object",
+        "properties": {"name": {"const": name}},
+        "required": ["name", "arguments"],
+        "additionalProperties": false,
+    });
+    if let Json::Object(p) = &mut params {
+        for key in ["$defs", "definitions"] {
+            if let Some(defs) = p.remove(key) {
+                call[key] = defs;
+            }
+        }
+    }
+    rewrite_refs(&mut params);
+    call["properties"]["arguments"] = params;
+    call
+}
+
+fn rewrite_refs(v: &mut Json) {
+    match v {
+        Json::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                match (k.as_str(), &*x) {
+                    ("$ref", Json::String(r)) if r.starts_with('#') && !r.starts_with("#/$defs") && !r.starts_with("#/definitions") => {
+                        *x = Json::String(format!("#/properties/arguments{}", &r[1..]));
+                    }
+                    // `const` and `enum` values are data, not schemas.
+                    ("const" | "enum" | "default" | "examples", _) => {}
+                    _ => rewrite_refs(x),
+                }
+            }
+        }
+        Json::Array(a) => a.iter_mut().for_each(rewrite_refs),
+        _ => {}
+    }
 }
