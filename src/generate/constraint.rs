@@ -59,13 +59,11 @@ enum State {
 pub struct Constraint {
     state: State,
     eog: Vec<u32>,
-    /// Tokens committed.
-    n_committed: usize,
 }
 
 impl std::fmt::Debug for Constraint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Constraint").field("n_committed", &self.n_committed).finish_non_exhaustive()
+        f.debug_struct("Constraint").field("active", &self.active()).finish_non_exhaustive()
     }
 }
 
@@ -99,7 +97,7 @@ impl Constraint {
             Some(t) => State::Dormant { grammar: grammar.clone(), trigger: t.to_vec(), seen: Vec::new() },
             None => State::Active(Active::start(grammar.matcher())?),
         };
-        Ok(Constraint { state, eog, n_committed: 0 })
+        Ok(Constraint { state, eog })
     }
 
     /// Whether the grammar applies yet (a triggered one only after its trigger).
@@ -110,8 +108,8 @@ impl Constraint {
     /// Sets the logits of the tokens the grammar does not allow now to -inf (waiting for the
     /// mask if it is still being computed). A dormant grammar allows everything.
     pub fn apply(&mut self, logits: &mut [f32]) -> Result<(), ConstraintError> {
-        let eog = self.eog.clone();
-        let State::Active(a) = &mut self.state else { return Ok(()) };
+        let Constraint { state, eog } = self;
+        let State::Active(a) = state else { return Ok(()) };
         match a.wait()? {
             Allowed::Tokens(mask) => {
                 let words = mask.as_slice();
@@ -152,7 +150,6 @@ impl Constraint {
         if self.eog.binary_search(&id).is_ok() {
             return Ok(());
         }
-        self.n_committed += 1;
         match &mut self.state {
             State::Active(a) => {
                 if a.commits.send(id).is_err() {
