@@ -59,11 +59,13 @@ enum State {
 pub struct Constraint {
     state: State,
     eog: Vec<u32>,
+    /// Tokens committed.
+    n_committed: usize,
 }
 
 impl std::fmt::Debug for Constraint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Constraint").field("active", &self.active()).finish_non_exhaustive()
+        f.debug_struct("Constraint").field("n_committed", &self.n_committed).finish_non_exhaustive()
     }
 }
 
@@ -97,7 +99,7 @@ impl Constraint {
             Some(t) => State::Dormant { grammar: grammar.clone(), trigger: t.to_vec(), seen: Vec::new() },
             None => State::Active(Active::start(grammar.matcher())?),
         };
-        Ok(Constraint { state, eog })
+        Ok(Constraint { state, eog, n_committed: 0 })
     }
 
     /// Whether the grammar applies yet (a triggered one only after its trigger).
@@ -108,8 +110,8 @@ impl Constraint {
     /// Sets the logits of the tokens the grammar does not allow now to -inf (waiting for the
     /// mask if it is still being computed). A dormant grammar allows everything.
     pub fn apply(&mut self, logits: &mut [f32]) -> Result<(), ConstraintError> {
-        let Constraint { state, eog } = self;
-        let State::Active(a) = state else { return Ok(()) };
+        let eog = self.eog.clone();
+        let State::Active(a) = &mut self.state else { return Ok(()) };
         match a.wait()? {
             Allowed::Tokens(mask) => {
                 let words = mask.as_slice();
@@ -150,6 +152,7 @@ impl Constraint {
         if self.eog.binary_search(&id).is_ok() {
             return Ok(());
         }
+        self.n_committed += 1;
         match &mut self.state {
             State::Active(a) => {
                 if a.commits.send(id).is_err() {

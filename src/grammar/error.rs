@@ -34,4 +34,13 @@ impl GrammarError {
             other => other,
         }
     }
+
+    /// The place, for errors that have one (`None`: the whole schema or grammar).
+    pub fn path(&self) -> Option<String> {
+        match self {
+            GrammarError::Schema { path, .. } if !path.is_empty() => Some(path.clone()),
+            GrammarError::Gbnf { line, column, .. } => Some(format!("line {line}, column {column}")),
+            _ => None,
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! generated.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, TokenParser};
@@ -41,6 +42,7 @@ pub enum GrammarSpec {
 pub struct Grammar {
     parser: TokenParser,
     vocab: Arc<GrammarVocab>,
+    compile_secs: f64,
     /// The grammar applies from this text on ([`GrammarSpec::Triggered`]); `None`: from the
     /// first token.
     trigger: Option<Vec<u8>>,
@@ -48,7 +50,7 @@ pub struct Grammar {
 
 impl std::fmt::Debug for Grammar {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Grammar").field("trigger", &self.trigger).finish_non_exhaustive()
+        f.debug_struct("Grammar").field("compile_secs", &self.compile_secs).finish_non_exhaustive()
     }
 }
 
@@ -82,6 +84,10 @@ impl Grammar {
         Ok(m)
     }
 
+    /// Seconds the compilation took.
+    pub fn compile_secs(&self) -> f64 {
+        self.compile_secs
+    }
 }
 
 /// `schema` with minfer's output defaults ([`JSON_SEPARATORS`], no free white space) under
@@ -114,12 +120,13 @@ pub(super) fn compile_schema(vocab: &GrammarVocab, schema: &Json) -> Result<Toke
 impl GrammarSpec {
     /// Checks and compiles; errors say where the schema or grammar is wrong.
     pub fn compile(&self, vocab: &Arc<GrammarVocab>) -> Result<Grammar, GrammarError> {
+        let t0 = Instant::now();
         if let GrammarSpec::Triggered { trigger, then } = self {
             if trigger.is_empty() || matches!(**then, GrammarSpec::Triggered { .. }) {
                 return Err(GrammarError::Compile("a trigger must be non-empty text before a plain grammar".into()));
             }
             let inner = then.compile(vocab)?;
-            return Ok(Grammar { trigger: Some(trigger.as_bytes().to_vec()), ..inner });
+            return Ok(Grammar { trigger: Some(trigger.as_bytes().to_vec()), compile_secs: t0.elapsed().as_secs_f64(), ..inner });
         }
         let parser = match self {
             GrammarSpec::JsonSchema(schema) => {
@@ -134,7 +141,7 @@ impl GrammarSpec {
         // The first mask, once: a grammar whose language turns out empty (`root ::= root "a"`)
         // is refused here rather than failing mid-generation.
         Matcher::new(Ok(parser.deep_clone())).compute_mask().map_err(|e| GrammarError::Compile(format!("no text can follow it: {}", one_line(&e.to_string()))))?;
-        Ok(Grammar { parser, vocab: vocab.clone(), trigger: None })
+        Ok(Grammar { parser, vocab: vocab.clone(), compile_secs: t0.elapsed().as_secs_f64(), trigger: None })
     }
 
     /// Checks a JSON schema that will be embedded in a Lark grammar (`%json {...}`), so that

@@ -7,6 +7,7 @@
 //! the end-of-generation tokens are allowed exactly where the grammar may stop.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use llguidance::ParserFactory;
 use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenId, TokenizerEnv};
@@ -18,11 +19,13 @@ use crate::tokenizer::Tokenizer;
 pub struct GrammarVocab {
     factory: ParserFactory,
     eog: Vec<u32>,
+    /// How long building the trie and the compiler took.
+    build_secs: f64,
 }
 
 impl std::fmt::Debug for GrammarVocab {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GrammarVocab").field("eog", &self.eog).finish_non_exhaustive()
+        f.debug_struct("GrammarVocab").field("eog", &self.eog).field("build_secs", &self.build_secs).finish_non_exhaustive()
     }
 }
 
@@ -52,6 +55,7 @@ impl TokenizerEnv for Env {
 
 impl GrammarVocab {
     pub fn new(tok: Arc<Tokenizer>) -> Result<GrammarVocab, GrammarError> {
+        let t0 = Instant::now();
         let n = tok.n_vocab();
         let eog = tok.eog_ids();
         let mut words = Vec::with_capacity(n);
@@ -74,7 +78,7 @@ impl GrammarVocab {
         factory.quiet();
         // Errors are one line: no parser state dump.
         factory.limits_mut().verbose_errors = false;
-        Ok(GrammarVocab { factory, eog })
+        Ok(GrammarVocab { factory, eog, build_secs: t0.elapsed().as_secs_f64() })
     }
 
     pub fn factory(&self) -> &ParserFactory {
@@ -84,5 +88,15 @@ impl GrammarVocab {
     /// The tokens that end a generation, ascending.
     pub fn eog(&self) -> &[u32] {
         &self.eog
+    }
+
+    /// Seconds building the trie and compiler took (reported by `minfer bench`).
+    pub fn build_secs(&self) -> f64 {
+        self.build_secs
+    }
+
+    /// Tokens in the trie.
+    pub fn n_vocab(&self) -> usize {
+        self.factory.tok_env().tok_trie().vocab_size()
     }
 }

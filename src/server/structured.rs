@@ -158,8 +158,7 @@ pub fn tool_calls(tools: &Json, choice: &ToolChoice) -> Result<Option<Structured
         ToolChoice::Auto if list.iter().any(strict) => true,
         _ => return Ok(None),
     };
-    // One Lark rule per offered function: (its name, its `%json {...}` body).
-    let mut alts: Vec<(String, String)> = Vec::new();
+    let mut alts = Vec::new();
     for (i, t) in list.iter().enumerate() {
         let at = format!("tools[{i}].function");
         let Some(func) = t.get("function").filter(|f| f.is_object()) else {
@@ -179,17 +178,19 @@ pub fn tool_calls(tools: &Json, choice: &ToolChoice) -> Result<Option<Structured
             return Err(ApiError::param(format!("{at}.parameters.x-guidance"), "is not allowed in a function's parameters"));
         }
         let call = call_schema(name, params);
-        alts.push((format!("tool_{i}"), GrammarSpec::lark_json(&call)));
+        alts.push(format!("tool_{i}"));
+        alts.push(GrammarSpec::lark_json(&call));
     }
     if alts.is_empty() {
         let ToolChoice::Named(n) = choice else { return Err(ApiError::param("tools", "must offer at least one function when tool_choice is \"required\"")) };
         return Err(ApiError::param("tool_choice", format!("names the function '{}', which is not among the tools", super::error::bounded(n))));
     }
+    let (names, defs): (Vec<&String>, Vec<&String>) = (alts.iter().step_by(2).collect(), alts.iter().skip(1).step_by(2).collect());
     let mut lark = String::new();
     lark.push_str(if matches!(choice, ToolChoice::Named(_)) { "start: call\n" } else { "start: call (\"\\n\" call)*\n" });
     lark.push_str("call: \"<tool_call>\\n\" body \"\\n</tool_call>\"\n");
-    lark.push_str(&format!("body: {}\n", alts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(" | ")));
-    for (n, d) in &alts {
+    lark.push_str(&format!("body: {}\n", names.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" | ")));
+    for (n, d) in names.iter().zip(defs) {
         lark.push_str(&format!("{n}: {d}\n"));
     }
     let spec = GrammarSpec::Lark(lark);
