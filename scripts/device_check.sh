@@ -76,10 +76,26 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 if [ "$MODE" = device ]; then
   BACKEND=cuda
+  # NVRTC: a CUDA 12 toolkit's libnvrtc.so.12, else a CUDA 13 one (the lent H200s carry CUDA
+  # 13): the calls minfer makes (create, compile, PTX/cubin, log, version) keep their ABI, so a
+  # folder of links names it libnvrtc.so.12 and libnvrtc.so for cudarc's loader, which finds
+  # the file already mapped.
+  nvrtc=""
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libnvrtc.so.12" ] && { export MINFER_NVRTC="$d/libnvrtc.so.12"; break; }
+    [ -e "$d/libnvrtc.so.12" ] && { nvrtc="$d/libnvrtc.so.12"; break; }
   done
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$WORK/gpu.txt" 2>&1 || echo "nvidia-smi failed" > "$WORK/gpu.txt"
+  if [ -z "$nvrtc" ]; then
+    nvrtc=$(find /usr/local/cuda/lib64 /usr/local/cuda/targets /usr/local/cuda* /opt /usr/lib -maxdepth 8 \
+      -name 'libnvrtc.so.1[0-9]' 2>/dev/null | sort | tail -1 || true)
+  fi
+  if [ -n "$nvrtc" ]; then
+    links="$WORK/nvrtc"; mkdir -p "$links"
+    for b in "$(dirname "$nvrtc")"/libnvrtc-builtins.so*; do [ -e "$b" ] && ln -sf "$b" "$links/"; done
+    ln -sf "$nvrtc" "$links/libnvrtc.so.12"; ln -sf "$nvrtc" "$links/libnvrtc.so"
+    export MINFER_NVRTC="$links/libnvrtc.so.12" LD_LIBRARY_PATH="$links${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "nvidia-smi failed"
+    echo "nvrtc: ${nvrtc:-not found}"; } > "$WORK/gpu.txt"
   export MINFER_CUDA_CACHE="$WORK/ptx"
 else
   BACKEND=cpu
@@ -89,10 +105,20 @@ say "mode $MODE, backend $BACKEND, report in $OUT_DIR"
 STEP_LOG="$WORK/steps.tsv"
 : > "$STEP_LOG"
 export M MODEL BACKEND WORK
+# The whole run keeps inside DEVICE_BUDGET_S (default 480 s), so that the report is written even
+# when a step hangs: each step's limit is cut to what is left, and a step with nothing left is
+# skipped (exit 125).
+DEADLINE=$(( $(date +%s) + ${DEVICE_BUDGET_S:-480} ))
 step() { # step NAME SECONDS COMMAND...: runs it (a command or a function of this script) with a
   # time limit, logs name, exit status, seconds
   local name=$1 limit=$2; shift 2
-  local t0 rc
+  local t0 rc left
+  left=$(( DEADLINE - $(date +%s) - 15 ))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -le 0 ]; then
+    printf '%s\t125\t0\n' "$name" >> "$STEP_LOG"; : > "$WORK/$name.out"; echo "skipped: no time left" > "$WORK/$name.err"
+    say "$name: skipped (no time left)"; return 0
+  fi
   t0=$(date +%s%N)
   set +e
   timeout "$limit" bash -c '"$@"' _ "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"
@@ -103,8 +129,11 @@ step() { # step NAME SECONDS COMMAND...: runs it (a command or a function of thi
 }
 
 # 1. backend_ops: the CPU and CUDA on every case (on the dry run: the CPU alone, a few cases).
+# 0. The probe: the backend loads Qwen3-tiny (a failure here explains every later one).
+step probe 60 "$M" info --backend "$BACKEND" "$MODEL"
+
 if [ "$MODE" = device ]; then
-  MINFER_MODEL_DIR="$BUNDLE" step backend_ops 240 "$BUNDLE/backend_ops" --backend cpu --backend cuda
+  MINFER_MODEL_DIR="$BUNDLE" step backend_ops 150 "$BUNDLE/backend_ops" --backend cpu --backend cuda
 else
   MINFER_MODEL_DIR="$BUNDLE" step backend_ops 120 "$BUNDLE/backend_ops" --backend cpu add/ rms_norm/ coverage/
 fi
@@ -152,6 +181,22 @@ if [ "$MODE" = device ]; then
   step bench_cuda 150 "$M" bench -m "$WORK/synth05.gguf" --backend cuda -p 512 -n 128 -r 3 -o json
   MINFER_NO_CUDA_GRAPH=1 step bench_cuda_nograph 90 "$M" bench -m "$WORK/synth05.gguf" --backend cuda -p 0 -n 128 -r 2 -o json
   step bench_cpu 90 "$M" bench -m "$WORK/synth05.gguf" --backend cpu -p 512 -n 128 -r 1 -o json
+  # 5. Where the GPU time goes: Nsight Compute's per-kernel durations over a window of decode
+  # launches and one of prefill launches (one metric, one pass each), where ncu is there and
+  # can read the counters (it cannot under gVisor).
+  profile() {
+    local ncu
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+    [ -n "$ncu" ] || { echo "no ncu"; return 3; }
+    echo "== decode: bench -p 0 -n 48, launches 1500..2999"
+    "$ncu" --clock-control none --metrics gpu__time_duration.sum --launch-skip 1500 --launch-count 1500 \
+      --print-summary per-kernel "$M" bench -m "$WORK/synth05.gguf" --backend cuda -p 0 -n 48 -r 1 2>&1 | grep -v "^==PROF==" || return 1
+    echo "== prefill: bench -p 512 -n 0, launches 700..1399"
+    MINFER_NO_CUDA_GRAPH=1 "$ncu" --clock-control none --metrics gpu__time_duration.sum --launch-skip 700 --launch-count 700 \
+      --print-summary per-kernel "$M" bench -m "$WORK/synth05.gguf" --backend cuda -p 512 -n 0 -r 1 2>&1 | grep -v "^==PROF==" || return 1
+  }
+  export -f profile
+  step profile 150 profile
 else
   step bench_cpu 90 "$M" bench -m "$WORK/synth05.gguf" --backend cpu -p 16 -n 4 -r 1 -o json
 fi
@@ -224,8 +269,13 @@ md = [f"# minfer device check ({mode}, {report['date']})", "", f"GPU: {report['g
       f"| session round trip | {ok(checks['session']['pass'])} | there: exit {steps['session_there']['rc']}, back: exit {steps['session_back']['rc']} |",
       f"| bench (synthetic 0.5B Q4_K_M) | | {json.dumps({k: v for k, v in checks['bench'].items()})} |",
       f"| load (synthetic 0.5B) | | {'; '.join(checks['load'])} |", "",
+      f"| probe | {ok(steps['probe']['rc'] == 0)} | {steps['probe']['stdout_tail'][-300:].strip()} {steps['probe']['stderr_tail'][-300:].strip()} |".replace("\n", "; "), "",
       "| step | exit | seconds |", "| --- | --- | --- |"] + [f"| {k} | {v['rc']} | {v['seconds']} |" for k, v in steps.items()]
 open(f"{out}/device_report.md", "w").write("\n".join(md) + "\n")
+import tarfile
+with tarfile.open(f"{out}/device_steps.tgz", "w:gz") as t:
+    for f in sorted(glob.glob(f"{work}/*.out") + glob.glob(f"{work}/*.err") + [f"{work}/gpu.txt"]):
+        t.add(f, arcname=os.path.basename(f))
 print("\n".join(md))
 EOF
 if [ "$MODE" = dry ]; then

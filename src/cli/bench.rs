@@ -138,6 +138,7 @@ pub fn run(out: &mut Out, model: &Path, a: &BenchArgs) -> Result<(), CliError> {
     }
     let hp = e.model().hparams();
     let model_name = format!("{} {:.2}M", hp.arch, params as f64 / 1e6);
+    let backends = backends_label(&e);
     match a.output {
         BenchOutput::Json => {
             let rows: Vec<serde_json::Value> = results
@@ -148,7 +149,7 @@ pub fn run(out: &mut Out, model: &Path, a: &BenchArgs) -> Result<(), CliError> {
                         "model_type": model_name,
                         "model_size": size,
                         "model_n_params": params,
-                        "backends": "CPU",
+                        "backends": backends,
                         "n_threads": threads,
                         "n_prompt": r.n_prompt,
                         "n_gen": r.n_gen,
@@ -166,10 +167,11 @@ pub fn run(out: &mut Out, model: &Path, a: &BenchArgs) -> Result<(), CliError> {
             out.line("| --- | ---: | ---: | --- | ---: | ---: | ---: |")?;
             for r in &results {
                 out.line(format!(
-                    "| {} | {:.2} MiB | {:.2} M | CPU | {} | {} | {:.2} ± {:.2} |",
+                    "| {} | {:.2} MiB | {:.2} M | {} | {} | {} | {:.2} ± {:.2} |",
                     model_name,
                     size as f64 / (1024.0 * 1024.0),
                     params as f64 / 1e6,
+                    backends,
                     threads,
                     r.name(),
                     r.mean(),
@@ -179,6 +181,19 @@ pub fn run(out: &mut Out, model: &Path, a: &BenchArgs) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// llama-bench's `backends` column: the devices the model runs on ("CUDA"), or "CPU" when it
+/// runs on the CPU alone (the CPU backend is always present, for the nodes a device declines).
+fn backends_label(e: &crate::generate::Engine) -> String {
+    let registry = crate::backends::registry();
+    let names: Vec<String> = e
+        .backends()
+        .into_iter()
+        .map(|b| registry.entry(b).map_or_else(|| b.to_string(), |x| x.name.to_string()).to_uppercase())
+        .collect();
+    let devices: Vec<&String> = names.iter().filter(|n| n.as_str() != "CPU").collect();
+    if devices.is_empty() { "CPU".to_string() } else { devices.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",") }
 }
 
 #[cfg(test)]
