@@ -45,23 +45,8 @@ done
 for model in "${models[@]}"; do [ -f "$model" ] || die "no model at $model (scripts/fetch_models.sh)"; done
 [[ "$depth" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "-d takes depths like 0,4096, not $depth"
 
-pkg=llama_cpp_python-0.3.36
-src="$cache/src/$pkg/vendor/llama.cpp"
+src="$("$repo/scripts/llama_src.sh")"
 venv="$cache/venv"
-mkdir -p "$cache"
-if [ ! -x "$venv/bin/cmake" ]; then
-    echo "bench_vs_llama.sh: creating $venv (cmake, ninja, scikit-build-core)"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet cmake==4.4.5 ninja==1.13.2 scikit-build-core
-fi
-if [ ! -d "$src" ]; then
-    echo "bench_vs_llama.sh: fetching the $pkg source package"
-    tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-    "$venv/bin/pip" download --quiet --no-deps --no-binary :all: --no-build-isolation \
-        -d "$tmp" llama-cpp-python==0.3.36
-    mkdir -p "$cache/src"
-    tar -xzf "$tmp/$pkg.tar.gz" -C "$cache/src"
-fi
 # The build follows this CPU's flags (sessions land on AVX2-only and AVX-512 machines; an
 # instruction the CPU lacks faults at the first kernel): one build folder per flag set.
 has() { grep -qw "$1" /proc/cpuinfo && echo ON || echo OFF; }

@@ -3,6 +3,9 @@
 # official `openai` client, pinned in tests/server/requirements.txt. Idempotent: the venv is
 # rebuilt only when the requirements change. Prints the venv's python on stdout.
 #
+# Usage: scripts/python_env.sh [REQUIREMENTS [VENV]]: another pinned set in its own venv (the
+# compatibility harness: tests/compat/requirements.txt in .venv-compat).
+#
 # Environment:
 #   PYTHON            the Python that creates the venv (default: python3; needs >= 3.9)
 #   MINFER_TEST_VENV  where the venv goes (default: .venv-test at the repo root)
@@ -10,8 +13,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
-VENV="${MINFER_TEST_VENV:-$PWD/.venv-test}"
-REQ=tests/server/requirements.txt
+REQ="${1:-tests/server/requirements.txt}"
+VENV="${2:-${MINFER_TEST_VENV:-$PWD/.venv-test}}"
 STAMP="$VENV/.requirements.sha256"
 want="$(sha256sum "$REQ" | cut -d' ' -f1)"
 if [[ ! -x "$VENV/bin/python" || ! -f "$STAMP" || "$(cat "$STAMP")" != "$want" ]]; then

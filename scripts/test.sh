@@ -35,4 +35,6 @@ if [ $# -eq 0 ]; then
   scripts/device_check.sh --dry-run
   # The NEON kernels under qemu-aarch64 (cross-built; the whole suite only).
   scripts/test_neon.sh
+  # llama.cpp's own server tests against minfer serve, every failure classified (docs/SERVER.md).
+  tests/compat/run.sh --check
 fi

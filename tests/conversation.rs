@@ -37,7 +37,7 @@ fn engine(fx: &Fixture, n_ctx: usize) -> Engine {
 }
 
 fn greedy(max_tokens: usize) -> GenerateParams {
-    GenerateParams { max_tokens, sampler: SamplerParams::greedy(), stop: vec![], ubatch: None, n_probs: None, grammar: None }
+    GenerateParams { max_tokens, sampler: SamplerParams::greedy(), stop: vec![], ubatch: None, n_probs: None, post_sampling_probs: false, grammar: None }
 }
 
 fn params(system: Option<&str>, context_shift: bool, max_tokens: usize) -> ConversationParams {

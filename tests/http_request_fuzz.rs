@@ -58,32 +58,32 @@ fn the_seeds_read_as_written() {
     let obj = |name: &str| parse_object(seed(name)).unwrap();
     // The OpenAI `param` of an error: a refused field or parameter.
     let param = |e: ApiError| e.to_json()["error"]["param"].as_str().unwrap_or_else(|| panic!("{e:?}")).to_string();
-    let c = chat_request(&obj("chat_minimal.json"), QWEN_VOCAB).unwrap();
+    let c = chat_request(&obj("chat_minimal.json"), QWEN_VOCAB, &Default::default()).unwrap();
     assert_eq!((c.messages.len(), c.messages[0].role.as_str()), (1, "user"));
-    let c = chat_request(&obj("chat_sampling.json"), QWEN_VOCAB).unwrap();
+    let c = chat_request(&obj("chat_sampling.json"), QWEN_VOCAB, &Default::default()).unwrap();
     assert_eq!((c.opts.max_tokens, c.opts.sampler.seed, c.opts.sampler.top_k), (Some(64), 42, 40));
     assert_eq!(c.opts.stop, ["\n\n", "END"]);
-    let c = chat_request(&obj("chat_stream.json"), QWEN_VOCAB).unwrap();
+    let c = chat_request(&obj("chat_stream.json"), QWEN_VOCAB, &Default::default()).unwrap();
     assert!(c.opts.stream && c.opts.include_usage);
     assert_eq!(c.opts.max_tokens, Some(16));
-    let c = chat_request(&obj("chat_tools.json"), QWEN_VOCAB).unwrap();
+    let c = chat_request(&obj("chat_tools.json"), QWEN_VOCAB, &Default::default()).unwrap();
     assert_eq!(c.messages[1].tool_calls.as_ref().unwrap()[0]["function"]["arguments"], json!({"city": "Paris"}));
     assert!(c.tools.is_some());
-    let c = chat_request(&obj("chat_logit_bias.json"), QWEN_VOCAB).unwrap();
+    let c = chat_request(&obj("chat_logit_bias.json"), QWEN_VOCAB, &Default::default()).unwrap();
     assert_eq!(c.opts.sampler.logit_bias, [(0, f32::NEG_INFINITY), (15, 2.5), (151_935, -1.0)]);
     assert_eq!((c.messages[0].role.as_str(), c.opts.n_probs), ("system", Some(5)));
     assert_eq!(c.messages[0].content, Some(json!("Part one.\nPart two.")));
-    assert_eq!(param(chat_request(&obj("chat_logit_bias.json"), 1).unwrap_err()), "logit_bias");
-    let p = completion_request(&obj("completion_text.json"), QWEN_VOCAB).unwrap();
+    assert_eq!(param(chat_request(&obj("chat_logit_bias.json"), 1, &Default::default()).unwrap_err()), "logit_bias");
+    let p = completion_request(&obj("completion_text.json"), QWEN_VOCAB, &Default::default()).unwrap();
     assert_eq!((p.prompt, p.echo, p.opts.stop), (Prompt::Text("def fib(n):".into()), true, vec!["\n\n".to_string()]));
-    let p = completion_request(&obj("completion_ids.json"), QWEN_VOCAB).unwrap();
+    let p = completion_request(&obj("completion_ids.json"), QWEN_VOCAB, &Default::default()).unwrap();
     assert_eq!((p.prompt, p.opts.n_probs, p.opts.sampler.seed), (Prompt::Ids(vec![151_643, 8, 9, 10]), Some(3), u64::MAX));
-    assert_eq!(param(completion_request(&obj("completion_ids.json"), 1000).unwrap_err()), "prompt[0][0]");
+    assert_eq!(param(completion_request(&obj("completion_ids.json"), 1000, &Default::default()).unwrap_err()), "prompt[0][0]");
     // `echo` is read before the generation options.
-    assert_eq!(param(completion_request(&obj("completion_out_of_range.json"), QWEN_VOCAB).unwrap_err()), "echo");
+    assert_eq!(param(completion_request(&obj("completion_out_of_range.json"), QWEN_VOCAB, &Default::default()).unwrap_err()), "echo");
     // `n` is the first generation option read.
-    assert_eq!(param(chat_request(&obj("mixed_errors.json"), QWEN_VOCAB).unwrap_err()), "n");
-    assert_eq!(param(chat_request(&obj("nested_garbage.json"), QWEN_VOCAB).unwrap_err()), "messages[0].content[0]");
+    assert_eq!(param(chat_request(&obj("mixed_errors.json"), QWEN_VOCAB, &Default::default()).unwrap_err()), "temperature");
+    assert_eq!(param(chat_request(&obj("nested_garbage.json"), QWEN_VOCAB, &Default::default()).unwrap_err()), "messages[0].content[0]");
     assert_eq!(parse_object(seed("top_level_array.json")), Err(ApiError::NotAnObject));
     for (_, bytes) in seeds() {
         exercise(bytes);

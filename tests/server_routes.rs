@@ -36,6 +36,12 @@ fn config(api_key: Option<&str>) -> ServeConfig {
         max_connections: 64,
         drain_timeout_secs: 30,
         chat_template: None,
+        tags: Vec::new(),
+        defaults: Default::default(),
+        cors: minfer::server::cors::CorsOrigins::parse("*").unwrap(),
+        metrics_endpoint: true,
+        slots_endpoint: true,
+        ui: true,
     }
 }
 

@@ -41,7 +41,7 @@ fn draft_beside(model: &Arc<Model>, target: &Engine) -> Engine {
 }
 
 fn params(max_tokens: usize, sampler: SamplerParams) -> GenerateParams {
-    GenerateParams { max_tokens, sampler, stop: vec![], ubatch: None, n_probs: None, grammar: None }
+    GenerateParams { max_tokens, sampler, stop: vec![], ubatch: None, n_probs: None, post_sampling_probs: false, grammar: None }
 }
 
 struct Record {

@@ -100,7 +100,9 @@ fn invalid_schemas_are_refused_at_their_place() {
         (json!({"properties": {"t": {"items": {"pattern": "(x"}}}}), "properties.t.items", "unclosed group"),
         (json!({"properties": {"x": {"$ref": "#/$defs/none"}}}), "properties.x", "does not exist"),
         (json!({"prefixItems": [{"type": "string"}, 3]}), "prefixItems[1]", "must be an object or a boolean"),
-        (json!({"items": [{"type": "string"}]}), "items", "prefixItems"),
+        // The old tuple form is read as prefixItems (llama-server reads it so); its parts are
+        // checked at their new place.
+        (json!({"items": [{"type": "strin"}]}), "prefixItems[0].type", "strin"),
         (json!({"minLength": -1}), "minLength", "non-negative integer"),
         (json!({"exclusiveMinimum": 1, "exclusiveMaximum": 1}), "exclusiveMinimum", "not below"),
         (json!(false), "", "accepts no value"),
@@ -122,6 +124,7 @@ fn invalid_schemas_are_refused_at_their_place() {
         "properties": {"a": {"type": "string", "format": "date", "default": "2020-01-01", "examples": ["x"]}}, "required": ["a"]});
     GrammarSpec::JsonSchema(ok).compile(&vocab).unwrap();
     GrammarSpec::JsonSchema(json!({"type": "object", "x-guidance": {"whitespace_flexible": true}})).compile(&vocab).unwrap();
+    GrammarSpec::JsonSchema(json!({"items": [{"type": "integer"}], "additionalItems": false})).compile(&vocab).unwrap();
 }
 
 /// Feeds `text`'s tokens to `c`, each only if the mask allows it: whether all were allowed.
@@ -180,7 +183,7 @@ fn constrained_answers_validate_and_speculation_keeps_them() {
     let vocab = Arc::new(GrammarVocab::new(tok.clone()).unwrap());
     let grammar = GrammarSpec::JsonSchema(schema.clone()).compile(&vocab).unwrap();
     let mut engine = Engine::new(model.clone(), &EngineParams { n_ctx: 1024, n_threads: 2, ..EngineParams::default() }).unwrap();
-    let params = |sampler| GenerateParams { max_tokens: 200, sampler, stop: vec![], ubatch: None, n_probs: None, grammar: Some(grammar.clone()) };
+    let params = |sampler| GenerateParams { max_tokens: 200, sampler, stop: vec![], ubatch: None, n_probs: None, post_sampling_probs: false, grammar: Some(grammar.clone()) };
     let prompts = ["Describe Ada Lovelace.", "Describe Alan Turing.", "Describe a poet you like."];
     let mut greedy = Vec::new();
     for q in prompts {

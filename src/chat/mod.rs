@@ -10,6 +10,7 @@
 //! - `pyjson`, `pyrepr`, `methods`, `strftime`, `convert`: the Python behaviour templates rely
 //!   on (`json.dumps`, `str()`, `str.strip()`, `datetime.strftime`) and JSON-to-template values.
 
+pub mod builtin;
 mod convert;
 pub mod error;
 pub mod message;

@@ -27,6 +27,12 @@ pub enum TemplateSourceError {
 /// A file that cannot be read, or a template that does not compile, is an error.
 pub fn chat_template_for(f: &GgufFile, file: Option<&Path>) -> Result<Option<ChatTemplate>, TemplateSourceError> {
     if let Some(path) = file {
+        // A name llama.cpp knows (`chatml`, `llama3`, …) when no such file exists.
+        if !path.exists()
+            && let Some(src) = path.to_str().and_then(super::builtin::builtin)
+        {
+            return Ok(Some(ChatTemplate::new(&path.display().to_string(), src)?));
+        }
         let src = std::fs::read_to_string(path).map_err(|source| TemplateSourceError::Read { path: path.to_path_buf(), source })?;
         return Ok(Some(ChatTemplate::new(&path.display().to_string(), &src)?));
     }

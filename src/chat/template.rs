@@ -241,6 +241,8 @@ fn convert_error(name: &str, err: &Error) -> TemplateError {
 #[derive(Debug)]
 pub struct ChatTemplate {
     name: String,
+    /// The Jinja text (llama-server's `/props` shows it).
+    source: String,
     env: Environment<'static>,
     limits: Limits,
 }
@@ -263,6 +265,7 @@ impl ChatTemplate {
             .map_err(|e| convert_error(name, &e))?;
         Ok(ChatTemplate {
             name: name.to_string(),
+            source: source.to_string(),
             env,
             limits,
         })
@@ -271,6 +274,11 @@ impl ChatTemplate {
     /// The name given at compile time.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The Jinja text it was compiled from.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders a conversation. A runtime error (undefined method, `raise_exception`, an

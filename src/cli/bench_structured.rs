@@ -22,7 +22,7 @@ const PROMPT: &str = "Here is the requested JSON document, following the schema 
 /// One greedy generation of at most `n` tokens: (tokens decoded, seconds decoding).
 fn decode(e: &mut Engine, tok: &crate::tokenizer::Tokenizer, ids: &[u32], n: usize, grammar: Option<&Grammar>) -> Result<(usize, f64), CliError> {
     e.reset();
-    let p = GenerateParams { max_tokens: n, sampler: SamplerParams::greedy(), stop: Vec::new(), ubatch: None, n_probs: None, grammar: grammar.cloned() };
+    let p = GenerateParams { max_tokens: n, sampler: SamplerParams::greedy(), stop: Vec::new(), ubatch: None, n_probs: None, post_sampling_probs: false, grammar: grammar.cloned() };
     let g = generate(e, tok, ids, &p, &mut |_| Ok(()))?;
     Ok((g.n_decoded, g.gen_secs))
 }

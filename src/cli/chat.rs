@@ -67,6 +67,7 @@ pub fn run(out: &mut Out, a: &ChatArgs) -> Result<(), CliError> {
         stop: Vec::new(),
         ubatch: a.engine.ubatch,
         n_probs: None,
+        post_sampling_probs: false,
         grammar,
     };
     let params = ConversationParams { system: a.system.clone(), keep: a.keep, context_shift: !a.no_context_shift, generate };

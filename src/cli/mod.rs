@@ -52,6 +52,9 @@ pub enum CliError {
     PromptNotUtf8 { what: String, offset: usize },
     #[error("{0}")]
     Usage(&'static str),
+    /// A flag's value that its parser could not refuse alone.
+    #[error("{flag}: {why}")]
+    BadFlag { flag: &'static str, why: String },
     #[error(transparent)]
     Engine(#[from] crate::generate::EngineError),
     #[error(transparent)]

@@ -132,6 +132,7 @@ pub fn run(out: &mut Out, model: &Path, prompt: Prompt, a: &RunArgs) -> Result<(
         stop: a.stop.clone(),
         ubatch: a.engine.ubatch,
         n_probs: None,
+        post_sampling_probs: false,
         grammar,
     };
     let json = a.json;

@@ -9,6 +9,7 @@ use super::draft_args::DraftArgs;
 use super::engine_args::kv_type_arg;
 use crate::generate::default_threads;
 use crate::server::state::{DEFAULT_DRAIN_TIMEOUT_SECS, DEFAULT_IDLE_TIMEOUT_SECS, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_SECS};
+use crate::server::state::RequestDefaults;
 use crate::server::{ServeConfig, serve};
 
 #[derive(Debug, Clone, Args)]
@@ -16,7 +17,7 @@ pub struct ServeArgs {
     /// The GGUF model file.
     #[arg(short, long, allow_hyphen_values = true)]
     pub model: PathBuf,
-    /// Address to listen on.
+    /// Address to listen on; several separated by commas (e.g. 127.0.0.1,::1).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// Port to listen on (0 picks a free one; the address is printed on stderr).
@@ -48,11 +49,13 @@ pub struct ServeArgs {
     /// generation stops and the request gets a 504 (or an error event in a stream).
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
-    /// Render chat requests with this Jinja chat template instead of the model's (a model
-    /// without one needs it for /v1/chat/completions).
+    /// Render chat requests with this Jinja chat template file instead of the model's (a model
+    /// without one needs it for /v1/chat/completions), or a template llama.cpp knows by name:
+    /// chatml, llama3, command-r.
     #[arg(long, allow_hyphen_values = true)]
     pub chat_template: Option<PathBuf>,
-    /// Model id reported by /v1/models and in responses (default: the file name without .gguf).
+    /// Model id reported by /v1/models and in responses (default: the file name without .gguf);
+    /// several names separated by commas all answer, the first in sorted order is the id.
     #[arg(long, allow_hyphen_values = true)]
     pub alias: Option<String>,
     /// Prefill chunk in tokens: long prompts are evaluated in pieces so that other slots keep
@@ -82,8 +85,52 @@ pub struct ServeArgs {
     /// "shutdown".
     #[arg(long = "drain-timeout", default_value_t = DEFAULT_DRAIN_TIMEOUT_SECS, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub drain_timeout: u64,
+    /// Temperature of requests that give none (llama-server's --temp) [default: 0.8].
+    #[arg(long = "temp", value_parser = parse_temp)]
+    pub temp: Option<f32>,
+    /// Seed of requests that give none (llama-server's --seed; -1: a fresh one per request,
+    /// the default).
+    #[arg(long, allow_hyphen_values = true)]
+    pub seed: Option<i64>,
+    /// Most tokens a request generates when it sets no max_tokens / n_predict (llama-server's
+    /// --n-predict; -1: until the slot's context is full, the default).
+    #[arg(long = "n-predict", allow_hyphen_values = true)]
+    pub n_predict: Option<i64>,
+    /// Browser origins allowed to read responses (CORS): `*` (any, echoed back), `localhost`
+    /// (http(s)://localhost, 127.0.0.1 or [::1] on any port), or a comma-separated list of
+    /// exact origins. Default: `*`, as llama-server.
+    #[arg(long = "cors-origins", default_value = "*")]
+    pub cors_origins: String,
+    /// Continue a conversation that ends with an assistant message from that message
+    /// (llama-server's default), instead of answering it with a new turn (OpenAI's, the
+    /// default here). `continue_final_message` asks for it per request.
+    #[arg(long = "prefill-assistant")]
+    pub prefill_assistant: bool,
+    /// Add `__verbose` (the prompt as the model read it) to every whole response, as a
+    /// request's `"verbose": true` does (llama-server's --verbose).
+    #[arg(long = "verbose")]
+    pub verbose: bool,
+    /// Labels for /v1/models, comma-separated (llama-server's --tags).
+    #[arg(long, value_delimiter = ',')]
+    pub tags: Vec<String>,
+    /// Do not serve the chat page at GET / (a plain page over /v1/chat/completions).
+    #[arg(long = "no-ui")]
+    pub no_ui: bool,
+    /// Answer GET /metrics with 501 instead of the Prometheus text.
+    #[arg(long = "no-metrics")]
+    pub no_metrics: bool,
+    /// Answer GET /slots with 501 (llama-server's --no-slots) instead of the slots' state.
+    #[arg(long = "no-slots-endpoint")]
+    pub no_slots_endpoint: bool,
     #[command(flatten)]
     pub draft: DraftArgs,
+}
+
+fn parse_temp(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if (0.0..=2.0).contains(&t) => Ok(t),
+        _ => Err(format!("'{s}' is not a temperature between 0 and 2")),
+    }
 }
 
 /// `--batch on|off`, else `MINFER_BATCH=1/0`, else on: the load run measures it faster on the
@@ -129,6 +176,23 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         max_connections: a.max_connections as usize,
         drain_timeout_secs: a.drain_timeout,
         chat_template: a.chat_template,
+        tags: {
+            let mut t: Vec<String> = a.tags.iter().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect();
+            t.sort();
+            t.dedup();
+            t
+        },
+        defaults: RequestDefaults {
+            temperature: a.temp,
+            seed: a.seed.filter(|&s| s >= 0).map(|s| s as u64),
+            n_predict: a.n_predict.filter(|&n| n >= 0).map(|n| n as usize),
+            prefill_assistant: a.prefill_assistant,
+            verbose: a.verbose,
+        },
+        cors: crate::server::cors::CorsOrigins::parse(&a.cors_origins).map_err(|why| CliError::BadFlag { flag: "--cors-origins", why })?,
+        metrics_endpoint: !a.no_metrics,
+        slots_endpoint: !a.no_slots_endpoint,
+        ui: !a.no_ui,
     };
     Ok(serve(cfg)?)
 }

@@ -40,9 +40,30 @@ pub fn token_logprobs(logits: &[f32], id: u32, n_top: usize) -> TokenLogprobs {
     TokenLogprobs { id, logprob, top }
 }
 
+/// The same from the distribution a token was drawn from (after the sampler's filters): its
+/// candidates' probabilities as natural logarithms, the `n_top` most likely first (ties: lower
+/// id first); a token outside it has -inf.
+pub fn dist_logprobs(dist: &super::sampler::TokenDist, id: u32, n_top: usize) -> TokenLogprobs {
+    let ln = |p: f32| if p > 0.0 { p.ln() } else { f32::NEG_INFINITY };
+    let mut cands = dist.cands.clone();
+    cands.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    cands.truncate(n_top);
+    TokenLogprobs { id, logprob: ln(dist.prob(id)), top: cands.into_iter().map(|(i, p)| (i, ln(p))).collect() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn post_sampling_logprobs_follow_the_distribution() {
+        let dist = super::super::sampler::TokenDist { cands: vec![(7, 0.25), (3, 0.5), (9, 0.25)] };
+        let l = dist_logprobs(&dist, 9, 2);
+        assert_eq!(l.logprob, 0.25f32.ln());
+        assert_eq!(l.top, vec![(3, 0.5f32.ln()), (7, 0.25f32.ln())]);
+        assert_eq!(dist_logprobs(&dist, 1, 5).logprob, f32::NEG_INFINITY);
+        assert_eq!(dist_logprobs(&dist, 3, 5).top.len(), 3);
+    }
 
     #[test]
     fn matches_a_hand_computed_softmax() {

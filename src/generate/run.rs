@@ -23,6 +23,10 @@ pub struct GenerateParams {
     /// Report the log-probability of every sampled token and of this many alternatives
     /// (`None`: no log-probabilities).
     pub n_probs: Option<usize>,
+    /// With `n_probs`: the probabilities the token was drawn from (after the bias, the
+    /// penalties, the grammar, top-k, top-p, min-p and the temperature; llama-server's
+    /// `post_sampling_probs`), as natural logarithms, instead of the model's.
+    pub post_sampling_probs: bool,
     /// The text must follow this grammar (structured output); `None`: free text.
     pub grammar: Option<Grammar>,
 }
@@ -344,13 +348,15 @@ impl<'t> Generator<'t> {
         if let Some(c) = self.constraint.as_mut() {
             c.commit(id)?;
         }
+        let logprobs = match self.params.n_probs {
+            None => None,
+            // Before `accept`, which moves the penalties on: the distribution `id` came from.
+            Some(n) if self.params.post_sampling_probs => Some(super::logprobs::dist_logprobs(&self.sampler.distribution(&self.logits)?, id, n)),
+            Some(n) => Some(token_logprobs(&self.logits, id, n)),
+        };
         self.sampler.accept(id);
         self.out.generated_ids.push(id);
-        let mut step = StepOutput {
-            token: Some(id),
-            logprobs: self.params.n_probs.map(|n| token_logprobs(&self.logits, id, n)),
-            ..StepOutput::default()
-        };
+        let mut step = StepOutput { token: Some(id), logprobs, ..StepOutput::default() };
         if self.tok.is_eog(id) {
             return Ok(self.finish(step, StopReason::EndOfGeneration));
         }

@@ -54,6 +54,29 @@ fn join(path: &str, key: &str) -> String {
 }
 
 /// Checks `schema` (the root); the error names the first problem found and its place.
+/// Draft 4's tuple form read as 2020-12's, as llama-server reads it: `items: [A, B]` is
+/// `prefixItems: [A, B]`, and its `additionalItems` (the items after them) is then `items`.
+/// Everywhere in the schema; other keys unchanged.
+pub fn upgrade_tuples(schema: &Json) -> Json {
+    match schema {
+        Json::Object(m) => {
+            let tuple = matches!(m.get("items"), Some(Json::Array(_))) && !m.contains_key("prefixItems");
+            let mut out = serde_json::Map::with_capacity(m.len());
+            for (k, v) in m {
+                let key = match k.as_str() {
+                    "items" if tuple => "prefixItems",
+                    "additionalItems" if tuple => "items",
+                    other => other,
+                };
+                out.insert(key.to_string(), upgrade_tuples(v));
+            }
+            Json::Object(out)
+        }
+        Json::Array(a) => Json::Array(a.iter().map(upgrade_tuples).collect()),
+        other => other.clone(),
+    }
+}
+
 pub fn check(schema: &Json) -> Result<(), GrammarError> {
     if schema == &Json::Bool(false) {
         return Err(err("", "the schema `false` accepts no value"));
@@ -114,6 +137,7 @@ fn keyword(key: &str, v: &Json, at: &str) -> Result<(), GrammarError> {
         }
         "properties" | "patternProperties" | "$defs" | "definitions" => schema_map(v, at),
         "additionalProperties" | "additionalItems" => node(v, at),
+        // The old tuple form is read as `prefixItems` by `upgrade_tuples` before the check.
         "items" => match v {
             Json::Array(_) => Err(err(at, "an array of schemas is the old tuple form: use 'prefixItems'")),
             _ => node(v, at),
@@ -248,4 +272,20 @@ fn children(v: &Json) -> Vec<(String, &Json)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuple_items_become_prefix_items() {
+        let s = serde_json::json!({"type": "array", "items": [{"type": "integer"}], "additionalItems": false,
+                                   "properties": {"p": {"items": [{"const": 1}]}}, "anyOf": [{"items": {"type": "string"}}]});
+        let u = upgrade_tuples(&s);
+        assert_eq!(u, serde_json::json!({"type": "array", "prefixItems": [{"type": "integer"}], "items": false,
+                                          "properties": {"p": {"prefixItems": [{"const": 1}]}}, "anyOf": [{"items": {"type": "string"}}]}));
+        assert!(check(&u).is_ok());
+        assert!(check(&s).is_err(), "the check itself still names the old form");
+    }
 }

@@ -130,6 +130,7 @@ impl GrammarSpec {
         }
         let parser = match self {
             GrammarSpec::JsonSchema(schema) => {
+                let schema = &schema_check::upgrade_tuples(schema);
                 schema_check::check(schema)?;
                 compile_schema(vocab, schema).map_err(|msg| schema_check::locate(vocab, schema, msg))?
             }
@@ -147,12 +148,12 @@ impl GrammarSpec {
     /// Checks a JSON schema that will be embedded in a Lark grammar (`%json {...}`), so that
     /// its errors name their place.
     pub fn check_schema(schema: &Json) -> Result<(), GrammarError> {
-        schema_check::check(schema)
+        schema_check::check(&schema_check::upgrade_tuples(schema))
     }
 
     /// `%json {...}` for a Lark grammar: `schema` with minfer's output defaults.
     pub fn lark_json(schema: &Json) -> String {
-        format!("%json {}", with_json_defaults(schema))
+        format!("%json {}", with_json_defaults(&schema_check::upgrade_tuples(schema)))
     }
 }
 

@@ -72,6 +72,9 @@ pub enum ApiError {
     TooManyConnections { max: usize },
     #[error("the server is busy: {0}; retry later")]
     Busy(&'static str),
+    /// An endpoint this server was started without.
+    #[error("this server does not serve {endpoint}: {flag}")]
+    EndpointOff { endpoint: &'static str, flag: &'static str },
     #[error("the model is loading")]
     Loading,
     #[error("the inference thread has stopped after a fault; restart the server")]
@@ -113,6 +116,7 @@ impl ApiError {
             | ApiError::Draining
             | ApiError::ShutDown { .. } => UNAVAILABLE,
             ApiError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "timeout_error"),
+            ApiError::EndpointOff { .. } => (StatusCode::NOT_IMPLEMENTED, "not_supported_error"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "server_error"),
         }
     }

@@ -117,7 +117,8 @@ fn over_capacity_response(max: usize) -> Vec<u8> {
 
 /// Accepts and serves connections under [`ConnLimits`].
 pub struct Acceptor {
-    listener: TcpListener,
+    /// One per `--host` address.
+    listeners: Vec<TcpListener>,
     app: axum::Router,
     st: Arc<AppState>,
     limits: ConnLimits,
@@ -125,9 +126,9 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    pub fn new(listener: TcpListener, app: axum::Router, st: Arc<AppState>, limits: ConnLimits) -> Acceptor {
+    pub fn new(listeners: Vec<TcpListener>, app: axum::Router, st: Arc<AppState>, limits: ConnLimits) -> Acceptor {
         let permits = Arc::new(Semaphore::new(limits.max_connections));
-        Acceptor { listener, app, st, limits, permits }
+        Acceptor { listeners, app, st, limits, permits }
     }
 
     /// Serves until `stop` resolves; returns the tracker of the connections still open.
@@ -157,7 +158,9 @@ impl Acceptor {
 
     async fn accept(&self) -> TcpStream {
         loop {
-            match self.listener.accept().await {
+            let accepts = self.listeners.iter().map(|l| Box::pin(l.accept()));
+            let (first, _, _) = futures_util::future::select_all(accepts).await;
+            match first {
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nodelay(true);
                     return stream;
@@ -186,7 +189,9 @@ impl Acceptor {
             return;
         };
         let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new()).header_read_timeout(self.limits.read_timeout).keep_alive(graceful.is_some());
+        // Title-Case header names, as llama-server (cpp-httplib) writes them: header names are
+        // case-insensitive, but clients that keep them in a plain map look them up that way.
+        http.timer(TokioTimer::new()).header_read_timeout(self.limits.read_timeout).keep_alive(graceful.is_some()).title_case_headers(true);
         let io = TokioIo::new(StallGuard::new(stream, self.limits.idle_timeout));
         let conn = http.serve_connection(io, TowerToHyperService::new(self.app.clone()));
         let conn: Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>> = match graceful {

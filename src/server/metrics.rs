@@ -22,6 +22,8 @@ pub struct Metrics {
     /// Speculative decoding: tokens the draft model proposed, and those accepted.
     draft_tokens: AtomicU64,
     draft_accepted: AtomicU64,
+    /// Drafting rounds (each proposes some tokens).
+    drafts: AtomicU64,
     /// Requests admitted and waiting for a slot.
     queued: AtomicUsize,
     busy_slots: AtomicUsize,
@@ -31,6 +33,10 @@ pub struct Metrics {
     panics: AtomicU64,
     timeouts: AtomicU64,
     n_slots: AtomicUsize,
+    /// Forward passes with a slot's tokens (llama-server's `n_decode_total`), and the most
+    /// tokens one of them held.
+    passes: AtomicU64,
+    max_pass_tokens: AtomicU64,
     /// Connections open now, and those refused by `--max-connections`.
     connections: AtomicUsize,
     connections_refused: AtomicU64,
@@ -46,7 +52,13 @@ impl Metrics {
         *m.entry(status).or_default() += 1;
     }
 
+    fn pass(&self, tokens: usize) {
+        add(&self.passes, 1);
+        self.max_pass_tokens.fetch_max(tokens as u64, Ordering::Relaxed);
+    }
+
     pub fn prompt(&self, tokens: usize, secs: f64) {
+        self.pass(tokens);
         add(&self.prompt_tokens, tokens as u64);
         add(&self.prompt_nanos, (secs * 1e9) as u64);
     }
@@ -57,10 +69,12 @@ impl Metrics {
 
     pub fn drafted(&self, proposed: usize, accepted: usize) {
         add(&self.draft_tokens, proposed as u64);
+        add(&self.drafts, u64::from(proposed > 0));
         add(&self.draft_accepted, accepted as u64);
     }
 
     pub fn generated(&self, tokens: usize, secs: f64) {
+        self.pass(tokens);
         add(&self.generated_tokens, tokens as u64);
         add(&self.gen_nanos, (secs * 1e9) as u64);
     }
@@ -75,6 +89,11 @@ impl Metrics {
 
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Slots generating now.
+    pub fn busy_slots(&self) -> usize {
+        self.busy_slots.load(Ordering::Relaxed)
     }
 
     pub fn set_busy(&self, n: usize) {
@@ -159,6 +178,28 @@ impl Metrics {
         metric("connections_open", "gauge", "HTTP connections open.", &one(self.connections.load(Ordering::Relaxed).to_string()));
         metric("connections_refused_total", "counter", "Connections refused by --max-connections.", &one(load(&self.connections_refused).to_string()));
         metric("requests_inside", "gauge", "Generation requests admitted (generating or queued).", &one(inside.to_string()));
+        // The same figures under llama-server's names, for dashboards made for it.
+        let busy = self.busy_slots.load(Ordering::Relaxed);
+        let llama: [(&str, &str, &str, String); 15] = [
+            ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", load(&self.prompt_tokens).to_string()),
+            ("prompt_tokens_cached_total", "counter", "Number of prompt tokens taken from the cache.", load(&self.cached_tokens).to_string()),
+            ("prompt_seconds_total", "counter", "Prompt process time", format!("{:.6}", secs(&self.prompt_nanos))),
+            ("tokens_predicted_total", "counter", "Number of generation tokens processed.", load(&self.generated_tokens).to_string()),
+            ("tokens_predicted_seconds_total", "counter", "Predict process time", format!("{:.6}", secs(&self.gen_nanos))),
+            ("n_decode_total", "counter", "Total number of forward passes.", load(&self.passes).to_string()),
+            ("n_tokens_max", "counter", "Largest observed n_tokens.", load(&self.max_pass_tokens).to_string()),
+            ("spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", load(&self.draft_tokens).to_string()),
+            ("spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", load(&self.draft_accepted).to_string()),
+            ("spec_decode_num_drafts_total", "counter", "Drafting rounds.", load(&self.drafts).to_string()),
+            ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", format!("{:.3}", rate(&self.prompt_tokens, &self.prompt_nanos))),
+            ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.", format!("{:.3}", rate(&self.generated_tokens, &self.gen_nanos))),
+            ("requests_processing", "gauge", "Number of requests processing.", busy.to_string()),
+            ("requests_deferred", "gauge", "Number of requests deferred.", self.queued().to_string()),
+            ("n_busy_slots_per_decode", "gauge", "Busy slots per forward pass.", busy.to_string()),
+        ];
+        for (name, kind, help, value) in llama {
+            let _ = writeln!(s, "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}");
+        }
         s
     }
 }

@@ -3,7 +3,10 @@
 //! - [`state`]: settings ([`ServeConfig`]), the loaded model, shared counters;
 //! - [`routes`]: the router, API key, request counting, `/health`, `/metrics`, `/v1/models`,
 //!   `/tokenize`, `/detokenize`, 404/405;
-//! - [`openai`]: `/v1/chat/completions` and `/v1/completions`; [`request`] reads their
+//! - [`openai`]: `/v1/chat/completions` and `/v1/completions` (and `n` choices); [`responses`]:
+//!   OpenAI's Responses API; [`native`]: llama-server's `/completion` and `/infill`;
+//!   [`introspect`]: `/props`, `/slots`, `/apply-template`; [`cors`]: `--cors-origins` and
+//!   preflights; [`request`] reads their
 //!   bodies ([`fields`] has the typed reads), [`response`] and [`stream`] write them, and
 //!   [`tools`] finds tool calls in answers, [`structured`] reads the constraints of structured
 //!   output (`response_format`, `json_schema`, `grammar`, forced tool calls);
@@ -16,14 +19,18 @@
 //! The listener is up before the model is loaded: `/health` answers 503 until it is.
 
 pub mod admission;
+pub mod cors;
 pub mod error;
 pub mod fields;
+pub mod introspect;
 pub mod lifecycle;
 pub mod listener;
 pub mod metrics;
+pub mod native;
 pub mod openai;
 pub mod request;
 pub mod response;
+pub mod responses;
 pub mod routes;
 pub mod scheduler;
 pub mod slot;
@@ -47,9 +54,17 @@ pub fn serve(cfg: ServeConfig) -> Result<(), ServeError> {
 async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     let st = AppState::new(cfg);
     let opened = st.open_model()?;
-    let addr = format!("{}:{}", st.cfg.host, st.cfg.port);
-    let (listener, local) = http::bind(&addr).await?;
-    eprintln!("minfer serve: listening on http://{local} (loading {})", st.cfg.model.display());
+    // `--host a,b`: one listener per address (llama-server's form, e.g. 127.0.0.1,::1).
+    let mut listeners = Vec::new();
+    for host in st.cfg.host.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let addr = if host.contains(':') && !host.starts_with('[') { format!("[{host}]:{}", st.cfg.port) } else { format!("{host}:{}", st.cfg.port) };
+        let (listener, local) = http::bind(&addr).await?;
+        eprintln!("minfer serve: listening on http://{local} (loading {})", st.cfg.model.display());
+        listeners.push(listener);
+    }
+    if listeners.is_empty() {
+        return Err(ServeError::Config(format!("--host '{}' names no address", st.cfg.host)));
+    }
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<ServeError>();
     let loader = st.clone();
     tokio::task::spawn_blocking(move || match loader.load(opened) {
@@ -91,7 +106,7 @@ async fn run(cfg: ServeConfig) -> Result<(), ServeError> {
         lc.lifecycle.start_draining();
         let _ = outcome_tx.send(outcome);
     };
-    let acceptor = listener::Acceptor::new(listener, app, st.clone(), limits);
+    let acceptor = listener::Acceptor::new(listeners, app, st.clone(), limits);
     let open = acceptor.serve_until(stop).await;
     let outcome = outcome_rx.await.ok().flatten();
     if let Some(e) = outcome {

@@ -11,6 +11,7 @@ use super::error::ApiError;
 use super::fields::{Fields, kind_of};
 use super::structured::{Structured, ToolChoice, llama_fields, response_format, tool_calls, tool_choice};
 use crate::chat::ChatMessage;
+use super::state::RequestDefaults;
 use crate::generate::SamplerParams;
 
 /// Most stop strings a request may give, and their longest length in bytes (every stop
@@ -22,13 +23,17 @@ pub const MAX_TOP_LOGPROBS: i64 = 20;
 
 /// The fields both endpoints read (OpenAI's names, and llama-server's sampling extensions).
 /// `user` is OpenAI's end-user id for abuse monitoring: taken, and nothing to do with it.
-const GEN_FIELDS: &[&str] = &[
+pub(crate) const GEN_FIELDS: &[&str] = &[
     "model", "user", "n", "max_tokens", "max_completion_tokens", "temperature", "top_k", "top_p", "min_p",
     "repeat_penalty", "presence_penalty", "frequency_penalty", "repeat_last_n", "seed", "logit_bias", "stream",
     "stream_options", "logprobs", "top_logprobs", "stop", "cache_prompt", "json_schema", "grammar",
+    "n_predict", "timings_per_token", "verbose", "return_progress", "id_slot", "post_sampling_probs",
+    // llama-server samples on the GPU with it; minfer always samples on the CPU, the same draw.
+    "backend_sampling",
 ];
 /// The fields only `/v1/chat/completions` reads.
-const CHAT_FIELDS: &[&str] = &["messages", "tools", "tool_choice", "response_format", "chat_template_kwargs"];
+const CHAT_FIELDS: &[&str] =
+    &["messages", "tools", "tool_choice", "response_format", "chat_template_kwargs", "add_generation_prompt", "continue_final_message"];
 /// The fields only `/v1/completions` reads.
 const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "best_of", "suffix"];
 /// Fields other servers implement that minfer does not yet, with what to say about them.
@@ -39,7 +44,7 @@ const NOT_YET: &[(&str, &str)] = &[
 ];
 
 /// The first field of `body` that is neither in `known` sets nor null, as a 400.
-fn refuse_unknown(body: &Map<String, Json>, known: &[&[&str]]) -> Result<(), ApiError> {
+pub(crate) fn refuse_unknown(body: &Map<String, Json>, known: &[&[&str]]) -> Result<(), ApiError> {
     let Some(field) = body.iter().find(|(k, v)| !v.is_null() && !known.iter().any(|set| set.contains(&k.as_str()))).map(|(k, _)| k) else {
         return Ok(());
     };
@@ -51,6 +56,23 @@ fn refuse_unknown(body: &Map<String, Json>, known: &[&[&str]]) -> Result<(), Api
 /// What both endpoints share: sampling, limits, streaming.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenOptions {
+    /// Choices to generate from the one prompt (`n`).
+    pub n: usize,
+    /// `max_tokens` is a cap (llama-server's `n_predict`, the server's `--n-predict`), not a
+    /// promise the prompt must leave room for.
+    pub cap_to_context: bool,
+    /// llama-server's `timings_per_token`: every streamed chunk carries the `timings`.
+    pub timings_per_token: bool,
+    /// llama-server's `verbose`: the whole response carries `__verbose` (the prompt's text).
+    pub verbose: bool,
+    /// llama-server's `return_progress`: a stream reports the prompt's evaluation as it goes.
+    pub return_progress: bool,
+    /// llama-server's `post_sampling_probs`: the probabilities reported are those the token
+    /// was drawn from (after the sampler's filters), as `prob` / `top_probs` on `/completion`.
+    pub post_sampling_probs: bool,
+    /// llama-server's `id_slot`: run (the first choice) on this slot, waiting for it if busy
+    /// (-1 or absent: the slot whose cache fits best).
+    pub id_slot: Option<usize>,
     /// `max_completion_tokens` or `max_tokens`; `None`: until the slot's context is full.
     pub max_tokens: Option<usize>,
     pub sampler: SamplerParams,
@@ -73,6 +95,9 @@ pub struct ChatCompletionRequest {
     pub tools: Option<Json>,
     /// `chat_template_kwargs` (llama-server's extension): extra template variables.
     pub template_kwargs: Map<String, Json>,
+    /// `continue_final_message` (vLLM's and llama-server's): the answer continues the last,
+    /// assistant, message instead of starting a new turn.
+    pub continue_final: bool,
     pub opts: GenOptions,
 }
 
@@ -94,7 +119,7 @@ pub struct CompletionRequest {
 
 /// Which `logprobs` convention a body follows.
 #[derive(Clone, Copy)]
-enum LogprobsStyle {
+pub(crate) enum LogprobsStyle {
     /// Chat: `logprobs: bool`, `top_logprobs: int`.
     Chat,
     /// Completions: `logprobs: int` (the number of alternatives).
@@ -160,17 +185,29 @@ fn stops(f: &Fields) -> Result<Vec<String>, ApiError> {
     Ok(stops)
 }
 
-fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOptions, ApiError> {
-    if f.get("n").is_some_and(|n| n.as_i64() != Some(1)) {
-        return Err(ApiError::param("n", "must be 1: one choice per request is supported"));
-    }
-    let max_tokens = match f.int_in("max_completion_tokens", 1, i64::from(u32::MAX))? {
-        Some(n) => Some(n),
-        None => f.int_in("max_tokens", 1, i64::from(u32::MAX))?,
+/// Most choices one request may ask for (`n`).
+pub const MAX_CHOICES: i64 = 16;
+
+pub(crate) fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize, defaults: &RequestDefaults) -> Result<GenOptions, ApiError> {
+    let n = f.int_in("n", 1, MAX_CHOICES)?.unwrap_or(1) as usize;
+    // llama-server's n_predict (-1: no limit) beside OpenAI's names; the first given wins.
+    // OpenAI's limits are promises the prompt must leave room for (else a 400); llama-server's
+    // n_predict and the server's --n-predict are caps, the generation ending when the slot's
+    // context is full (finish_reason "length").
+    let (max_tokens, cap_to_context) = match f.int_in("max_completion_tokens", 1, i64::from(u32::MAX))? {
+        Some(n) => (Some(n as usize), false),
+        None => match f.int_in("max_tokens", 1, i64::from(u32::MAX))? {
+            Some(n) => (Some(n as usize), false),
+            None => match f.int_in("n_predict", -1, i64::from(u32::MAX))? {
+                Some(-1) | None => (defaults.n_predict, true),
+                Some(0) => return Err(ApiError::param("n_predict", "must be -1 (no limit) or at least 1")),
+                Some(n) => (Some(n as usize), true),
+            },
+        },
     };
     let d = SamplerParams::default();
     let sampler = SamplerParams {
-        temperature: f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(d.temperature),
+        temperature: f.f32_in("temperature", 0.0, 2.0)?.or(defaults.temperature).unwrap_or(d.temperature),
         top_k: f.int_in("top_k", 0, i64::from(u32::MAX))?.map_or(d.top_k, |k| k as usize),
         top_p: f.f32_in("top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
         min_p: f.f32_in("min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
@@ -178,7 +215,7 @@ fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOp
         presence_penalty: f.f32_in("presence_penalty", -2.0, 2.0)?.unwrap_or(d.presence_penalty),
         frequency_penalty: f.f32_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(d.frequency_penalty),
         penalty_last_n: f.int_in("repeat_last_n", 0, i64::from(u32::MAX))?.map_or(d.penalty_last_n, |n| n as usize),
-        seed: seed(f)?.unwrap_or_else(fresh_seed),
+        seed: seed(f)?.or(defaults.seed).unwrap_or_else(fresh_seed),
         logit_bias: logit_bias(f, n_vocab)?,
     };
     if sampler.repeat_penalty == 0.0 {
@@ -206,7 +243,14 @@ fn gen_options(f: &Fields, style: LogprobsStyle, n_vocab: usize) -> Result<GenOp
         LogprobsStyle::Legacy => f.int_in("logprobs", 0, MAX_TOP_LOGPROBS)?.map(|n| n as usize),
     };
     Ok(GenOptions {
-        max_tokens: max_tokens.map(|n| n as usize),
+        n,
+        cap_to_context,
+        timings_per_token: f.bool("timings_per_token")?.unwrap_or(false),
+        verbose: f.bool("verbose")?.unwrap_or(defaults.verbose),
+        return_progress: f.bool("return_progress")?.unwrap_or(false),
+        post_sampling_probs: f.bool("post_sampling_probs")?.unwrap_or(false),
+        id_slot: f.int_in("id_slot", -1, i64::from(u16::MAX))?.filter(|&i| i >= 0).map(|i| i as usize),
+        max_tokens,
         sampler,
         stop: stops(f)?,
         stream,
@@ -273,7 +317,7 @@ fn message(i: usize, v: &Json) -> Result<ChatMessage, ApiError> {
     Ok(msg)
 }
 
-pub fn chat_request(body: &Map<String, Json>, n_vocab: usize) -> Result<ChatCompletionRequest, ApiError> {
+pub fn chat_request(body: &Map<String, Json>, n_vocab: usize, defaults: &RequestDefaults) -> Result<ChatCompletionRequest, ApiError> {
     refuse_unknown(body, &[GEN_FIELDS, CHAT_FIELDS])?;
     let f = Fields::new(body);
     let messages = match f.get("messages") {
@@ -296,7 +340,7 @@ pub fn chat_request(body: &Map<String, Json>, n_vocab: usize) -> Result<ChatComp
         None if matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) => return Err(ApiError::param("tool_choice", "forces a tool call, so 'tools' must offer one")),
         None => None,
     };
-    let mut opts = gen_options(&f, LogprobsStyle::Chat, n_vocab)?;
+    let mut opts = gen_options(&f, LogprobsStyle::Chat, n_vocab, defaults)?;
     // One constraint per request: response_format, json_schema / grammar, or a forced call.
     for (c, field) in [(response_format(&f)?, "response_format"), (forced, "tools")] {
         if let Some(c) = c {
@@ -307,7 +351,30 @@ pub fn chat_request(body: &Map<String, Json>, n_vocab: usize) -> Result<ChatComp
         }
     }
     let template_kwargs = f.object("chat_template_kwargs")?.cloned().unwrap_or_default();
-    Ok(ChatCompletionRequest { messages, tools, template_kwargs, opts })
+    let ends_with_assistant = messages.last().is_some_and(|m| m.role == "assistant");
+    let asked = f.bool("continue_final_message")?;
+    let continue_final = asked.unwrap_or(defaults.prefill_assistant && ends_with_assistant);
+    if asked.is_none() && continue_final && messages.len() >= 2 && messages[messages.len() - 2].role == "assistant" {
+        return Err(ApiError::param("messages", "ends with two assistant messages: only the last one can be continued (--prefill-assistant)"));
+    }
+    let add_generation_prompt = f.bool("add_generation_prompt")?.unwrap_or(!continue_final);
+    let mut messages = messages;
+    if continue_final {
+        // The continued message's text parts are joined by a blank line, as llama-server joins
+        // them (other messages' parts by a newline).
+        let raw = f.get("messages").and_then(Json::as_array).and_then(|m| m.last()).and_then(|m| m.get("content")).and_then(Json::as_array);
+        if let (Some(parts), Some(last)) = (raw, messages.last_mut()) {
+            let texts: Vec<&str> = parts.iter().filter_map(|p| p.get("text").and_then(Json::as_str)).collect();
+            last.content = Some(Json::String(texts.join("\n\n")));
+        }
+    }
+    if continue_final && add_generation_prompt {
+        return Err(ApiError::param("continue_final_message", "cannot be true together with add_generation_prompt: one continues the last message, the other starts a new one"));
+    }
+    if continue_final && messages.last().is_none_or(|m| m.role != "assistant") {
+        return Err(ApiError::param("continue_final_message", "needs the last message to be the assistant's"));
+    }
+    Ok(ChatCompletionRequest { messages, tools, template_kwargs, continue_final, opts })
 }
 
 /// Token ids below `n_vocab`; an error names the offending index of `param`.
@@ -323,7 +390,7 @@ pub fn token_ids(param: &str, items: &[Json], n_vocab: usize) -> Result<Vec<u32>
         .collect()
 }
 
-pub fn completion_request(body: &Map<String, Json>, n_vocab: usize) -> Result<CompletionRequest, ApiError> {
+pub fn completion_request(body: &Map<String, Json>, n_vocab: usize, defaults: &RequestDefaults) -> Result<CompletionRequest, ApiError> {
     refuse_unknown(body, &[GEN_FIELDS, COMPLETION_FIELDS])?;
     let f = Fields::new(body);
     let one = "must be a string, an array of token ids, or a list holding one of those";
@@ -350,7 +417,7 @@ pub fn completion_request(body: &Map<String, Json>, n_vocab: usize) -> Result<Co
         return Err(ApiError::param("suffix", "is not supported"));
     }
     let echo = f.bool("echo")?.unwrap_or(false);
-    let opts = gen_options(&f, LogprobsStyle::Legacy, n_vocab)?;
+    let opts = gen_options(&f, LogprobsStyle::Legacy, n_vocab, defaults)?;
     if echo && opts.n_probs.is_some() {
         return Err(ApiError::param("echo", "cannot be combined with 'logprobs' (prompt log-probabilities are not computed)"));
     }
@@ -363,7 +430,7 @@ mod tests {
     use serde_json::json;
 
     fn chat(v: Json) -> Result<ChatCompletionRequest, ApiError> {
-        chat_request(v.as_object().unwrap(), 1000)
+        chat_request(v.as_object().unwrap(), 1000, &RequestDefaults::default())
     }
 
     fn param_of(e: ApiError) -> String {
@@ -412,12 +479,12 @@ mod tests {
             assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST);
             assert_eq!(e.to_json()["error"]["param"], field);
             assert!(e.to_string().starts_with(&format!("'{field}' is not supported")), "{e}");
-            let c = completion_request(json!({"prompt": "x", field: 1}).as_object().unwrap(), 1000).unwrap_err();
+            let c = completion_request(json!({"prompt": "x", field: 1}).as_object().unwrap(), 1000, &RequestDefaults::default()).unwrap_err();
             assert!(matches!(c, ApiError::Unsupported { .. }), "{field}");
         }
         // Each endpoint's own fields are not the other's.
         assert!(matches!(chat(json!({"messages": msgs, "echo": true})).unwrap_err(), ApiError::Unsupported { .. }));
-        let c = completion_request(json!({"prompt": "x", "messages": msgs}).as_object().unwrap(), 1000).unwrap_err();
+        let c = completion_request(json!({"prompt": "x", "messages": msgs}).as_object().unwrap(), 1000, &RequestDefaults::default()).unwrap_err();
         assert!(matches!(c, ApiError::Unsupported { .. }));
         assert!(chat(json!({"messages": msgs, "grammar": null, "user": "u-1", "model": "m"})).is_ok());
         // A long unknown name is cut in the message, a newline in it escaped.
@@ -471,7 +538,10 @@ mod tests {
             (json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}), "messages[0].content[0]"),
             (json!({"messages": msgs, "temperature": "hot"}), "temperature"),
             (json!({"messages": msgs, "temperature": 9}), "temperature"),
-            (json!({"messages": msgs, "n": 2}), "n"),
+            (json!({"messages": msgs, "n": 0}), "n"),
+            (json!({"messages": msgs, "n": 17}), "n"),
+            (json!({"messages": msgs, "add_generation_prompt": true, "continue_final_message": true}), "continue_final_message"),
+            (json!({"messages": msgs, "continue_final_message": true}), "continue_final_message"),
             (json!({"messages": msgs, "max_tokens": 0}), "max_tokens"),
             (json!({"messages": msgs, "max_completion_tokens": -5}), "max_completion_tokens"),
             (json!({"messages": msgs, "stream_options": {"include_usage": true}}), "stream_options"),
@@ -481,7 +551,7 @@ mod tests {
             (json!({"messages": msgs, "logit_bias": {"99999": 1}}), "logit_bias"),
             (json!({"messages": msgs, "response_format": {"type": "xml"}}), "response_format.type"),
             (json!({"messages": msgs, "response_format": {"type": "json_schema"}}), "response_format.json_schema"),
-            (json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}), "response_format.json_schema.name"),
+            (json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}}), "response_format.json_schema.name"),
             (json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": 3}}}), "response_format.json_schema.schema"),
             (json!({"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "shema": {}}}}), "response_format.json_schema.shema"),
             (json!({"messages": msgs, "response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}), "response_format"),
@@ -504,7 +574,7 @@ mod tests {
 
     #[test]
     fn completion_prompts() {
-        let c = |v: Json| completion_request(v.as_object().unwrap(), 1000);
+        let c = |v: Json| completion_request(v.as_object().unwrap(), 1000, &RequestDefaults::default());
         assert_eq!(c(json!({"prompt": "hi"})).unwrap().prompt, Prompt::Text("hi".into()));
         assert_eq!(c(json!({"prompt": [1, 2]})).unwrap().prompt, Prompt::Ids(vec![1, 2]));
         assert_eq!(c(json!({"prompt": [[3]]})).unwrap().prompt, Prompt::Ids(vec![3]));

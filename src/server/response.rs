@@ -3,7 +3,7 @@
 
 use serde_json::{Value as Json, json};
 
-use super::slot::{Finished, TokenEvent};
+use super::slot::{Finished, TokenEvent, Usage};
 use super::tools::ToolCall;
 use crate::generate::TokenLogprobs;
 use crate::tokenizer::Tokenizer;
@@ -110,7 +110,7 @@ fn finish_reason(f: &Finished, calls: &[ToolCall]) -> &'static str {
 
 /// OpenAI's usage; `prompt_tokens_details.cached_tokens` counts the prompt tokens taken from the
 /// slot's KV instead of being evaluated (prompt caching).
-pub fn usage(f: &Finished) -> Json {
+pub fn usage(f: &Usage) -> Json {
     json!({
         "prompt_tokens": f.prompt_tokens,
         "completion_tokens": f.completion_tokens,
@@ -119,17 +119,28 @@ pub fn usage(f: &Finished) -> Json {
     })
 }
 
-/// llama-server's `timings` (not in OpenAI's schema; clients ignore it).
-fn timings(f: &Finished) -> Json {
-    let per_s = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
+/// `system_fingerprint`: llama-server's shape (`b<build>-<name>`), which its clients check.
+pub const SYSTEM_FINGERPRINT: &str = concat!("b", env!("CARGO_PKG_VERSION"), "-minfer");
+
+/// llama-server's `timings` (not in OpenAI's schema; clients ignore it), with its formulas:
+/// the prompt's rate over the tokens evaluated (not those cached), the generation's over the
+/// decode passes (the first token comes from the prompt's pass).
+pub fn timings(u: &Usage) -> Json {
+    let prompt_n = u.prompt_tokens.saturating_sub(u.cached_tokens);
+    let (prompt_ms, predicted_ms) = (u.prompt_secs * 1e3, u.gen_secs * 1e3);
+    let decode_passes = u.completion_tokens.saturating_sub(1);
+    let per_token = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    let per_second = |ms: f64, n: usize| if ms > 0.0 { 1e3 / ms * n as f64 } else { 0.0 };
     json!({
-        "prompt_n": f.prompt_tokens - f.cached_tokens,
-        "cache_n": f.cached_tokens,
-        "prompt_ms": f.prompt_secs * 1e3,
-        "prompt_per_second": per_s(f.prompt_tokens, f.prompt_secs),
-        "predicted_n": f.completion_tokens,
-        "predicted_ms": f.gen_secs * 1e3,
-        "predicted_per_second": per_s(f.completion_tokens, f.gen_secs),
+        "cache_n": u.cached_tokens,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": per_token(prompt_ms, prompt_n),
+        "prompt_per_second": per_second(prompt_ms, prompt_n),
+        "predicted_n": u.completion_tokens,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": per_token(predicted_ms, decode_passes),
+        "predicted_per_second": per_second(predicted_ms, decode_passes),
     })
 }
 
@@ -148,15 +159,15 @@ impl Meta {
             "object": self.object(stream),
             "created": self.created,
             "model": self.model,
-            "system_fingerprint": concat!("minfer-", env!("CARGO_PKG_VERSION")),
+            "system_fingerprint": SYSTEM_FINGERPRINT,
             "choices": choices,
         })
     }
 
-    /// The whole response of a non-streamed request.
-    pub fn complete(&self, text: &str, calls: &[ToolCall], logprobs: Option<Json>, f: &Finished) -> Json {
+    /// Choice `index` of a non-streamed response.
+    pub fn choice(&self, index: usize, text: &str, calls: &[ToolCall], logprobs: Option<Json>, f: &Finished) -> Json {
         let logprobs = logprobs.unwrap_or(Json::Null);
-        let choice = match self.api {
+        match self.api {
             Api::Chat => {
                 let mut message = json!({"role": "assistant", "content": text});
                 if !calls.is_empty() {
@@ -165,24 +176,45 @@ impl Meta {
                     }
                     message["tool_calls"] = self.tool_calls(calls);
                 }
-                json!({"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason(f, calls)})
+                json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason(f, calls)})
             }
-            Api::Completion => json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": f.finish_reason()}),
-        };
-        let mut v = self.envelope(false, json!([choice]));
-        v["usage"] = usage(f);
-        v["timings"] = timings(f);
+            Api::Completion => json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": f.finish_reason()}),
+        }
+    }
+
+    /// The whole response of a non-streamed request: its choices, and the usage of all of them
+    /// (the prompt counted once, as OpenAI counts it; the timings are the first choice's).
+    pub fn complete(&self, choices: Vec<Json>, finished: &[Finished]) -> Json {
+        let mut v = self.envelope(false, Json::Array(choices));
+        if let Some(first) = finished.first() {
+            let mut total = first.usage;
+            total.completion_tokens = finished.iter().map(|f| f.completion_tokens).sum();
+            v["usage"] = usage(&total);
+            v["timings"] = timings(&first.usage);
+        }
         v
     }
 
-    /// A streamed chunk carrying `text` (and the first chunk of a chat stream, with the role).
-    pub fn chunk(&self, text: &str, logprobs: Option<Json>, role: bool, include_usage: bool) -> Json {
+    /// The first chunk of a chat stream: the role alone, as OpenAI and llama-server send it.
+    pub fn role_chunk(&self, include_usage: bool) -> Json {
+        let choice = json!({"index": 0, "delta": {"role": "assistant", "content": null}, "logprobs": null, "finish_reason": null});
+        self.with_usage_slot(self.envelope(true, json!([choice])), include_usage)
+    }
+
+    /// A chunk with no text, to carry the prompt's progress.
+    pub fn progress_chunk(&self, include_usage: bool) -> Json {
+        let choice = match self.api {
+            Api::Chat => json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": null}),
+            Api::Completion => json!({"index": 0, "text": "", "logprobs": null, "finish_reason": null}),
+        };
+        self.with_usage_slot(self.envelope(true, json!([choice])), include_usage)
+    }
+
+    /// A streamed chunk carrying `text`.
+    pub fn chunk(&self, text: &str, logprobs: Option<Json>, include_usage: bool) -> Json {
         let logprobs = logprobs.unwrap_or(Json::Null);
         let choice = match self.api {
-            Api::Chat => {
-                let delta = if role { json!({"role": "assistant", "content": text}) } else { json!({"content": text}) };
-                json!({"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": null})
-            }
+            Api::Chat => json!({"index": 0, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": null}),
             Api::Completion => json!({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": null}),
         };
         self.with_usage_slot(self.envelope(true, json!([choice])), include_usage)
@@ -222,6 +254,7 @@ impl Meta {
     pub fn usage_chunk(&self, f: &Finished) -> Json {
         let mut v = self.envelope(true, json!([]));
         v["usage"] = usage(f);
+        v["timings"] = timings(f);
         v
     }
 

@@ -19,6 +19,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use super::error::{ApiError, bounded};
 use super::fields::{Fields, kind_of, parse_object};
 use super::openai::{body_bytes, chat_completions, completions};
+use super::{introspect, native};
 use super::request::token_ids;
 use super::state::AppState;
 
@@ -30,18 +31,35 @@ pub const BODY_LIMIT: usize = 8 << 20;
 pub const BODY_BUDGET: usize = 32 * BODY_LIMIT;
 
 pub fn router(st: Arc<AppState>) -> Router {
+    // llama-server's paths beside OpenAI's: the un-prefixed aliases, its native completion
+    // API, and its introspection routes.
     let api = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/responses", post(super::responses::create))
+        .route("/responses", post(super::responses::create))
+        .route("/completion", post(native::completion))
+        .route("/completions", post(native::completion))
+        .route("/infill", post(native::infill))
         .route("/v1/models", get(models))
+        .route("/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .route("/props", get(introspect::props).post(introspect::set_props))
+        .route("/slots", get(introspect::slots))
+        .route("/slots/{id}", post(introspect::slot_action))
+        .route("/apply-template", post(introspect::apply_template))
+        .route("/chat/completions/input_tokens", post(introspect::input_tokens))
+        .route("/v1/chat/completions/input_tokens", post(introspect::input_tokens))
         // Route layers run last-added first: the key is checked before any body is read.
         .route_layer(from_fn_with_state(st.clone(), read_body_in_time))
         .route_layer(from_fn_with_state(st.clone(), require_key));
     Router::new()
         .route("/health", get(health))
+        .route("/v1/health", get(health))
+        .route("/", get(chat_page))
         .route("/metrics", get(metrics))
         .merge(api)
         .fallback(not_found)
@@ -49,6 +67,7 @@ pub fn router(st: Arc<AppState>) -> Router {
         .layer(CatchPanicLayer::custom(handler_panicked))
         .layer(from_fn_with_state(st.clone(), count_status))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(from_fn_with_state(st.clone(), super::cors::layer))
         .with_state(st)
 }
 
@@ -116,15 +135,22 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The key of a request: `Authorization: Bearer KEY`, else `X-Api-Key: KEY` (llama-server's
+/// and Anthropic's header).
+fn given_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        // RFC 7235: the scheme is case-insensitive.
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim))
+}
+
 async fn require_key(State(st): State<Arc<AppState>>, headers: HeaderMap, req: Request, next: Next) -> Response {
     if let Some(key) = &st.cfg.api_key {
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            // RFC 7235: the scheme is case-insensitive.
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim());
+        let given = given_key(&headers);
         if !given.is_some_and(|g| same(g.as_bytes(), key.as_bytes())) {
             return ApiError::Unauthorized.into_response();
         }
@@ -133,7 +159,7 @@ async fn require_key(State(st): State<Arc<AppState>>, headers: HeaderMap, req: R
 }
 
 async fn count_status(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let counted = !matches!(req.uri().path(), "/health" | "/metrics");
+    let counted = !matches!(req.uri().path(), "/health" | "/v1/health" | "/metrics" | "/");
     let r = next.run(req).await;
     if counted {
         st.metrics.request(r.status().as_u16());
@@ -149,6 +175,15 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::MethodNotAllowed { method: bounded(method.as_str()), path: bounded(uri.path()) }
 }
 
+/// A plain chat page over the API (`--no-ui` turns it off); open, like llama-server's, since
+/// it holds no data: its requests carry the key.
+async fn chat_page(State(st): State<Arc<AppState>>) -> Response {
+    if !st.cfg.ui {
+        return ApiError::NotFound { method: "GET".into(), path: "/".into() }.into_response();
+    }
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], include_str!("assets/chat.html")).into_response()
+}
+
 async fn health(State(st): State<Arc<AppState>>) -> Response {
     if st.lifecycle.draining() {
         let body = json!({"status": "draining", "error": ApiError::Draining.to_json()["error"]});
@@ -161,13 +196,20 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], st.metrics.render(st.admission.inside())).into_response()
+    if !st.cfg.metrics_endpoint {
+        return ApiError::EndpointOff { endpoint: "/metrics", flag: "it runs with --no-metrics" }.into_response();
+    }
+    let start = st.started.to_string();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4"), (header::HeaderName::from_static("process-start-time-unix"), start.as_str())], st.metrics.render(st.admission.inside()))
+        .into_response()
 }
 
 fn model_object(st: &AppState) -> Result<Json, ApiError> {
     let m = st.model()?;
     Ok(json!({
         "id": m.model_id,
+        "aliases": m.aliases,
+        "tags": st.cfg.tags,
         "object": "model",
         "created": m.created,
         "owned_by": "minfer",
@@ -181,7 +223,7 @@ async fn models(State(st): State<Arc<AppState>>) -> Result<AxJson<Json>, ApiErro
 
 async fn model(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<AxJson<Json>, ApiError> {
     let m = model_object(&st)?;
-    if m["id"] != id.as_str() {
+    if m["id"] != id.as_str() && !st.model()?.aliases.contains(&id) {
         return Err(ApiError::NotFound { method: "GET".into(), path: bounded(&format!("/v1/models/{id}")) });
     }
     Ok(AxJson(m))

@@ -226,9 +226,12 @@ fn run(setup: InferenceSetup, shared: EngineShared, drafts: Drafts, (mut engine,
     }
 }
 
-/// The free slot for `job`: the longest KV prefix shared with its prompt (when it caches),
-/// then the least recently used.
+/// The free slot for `job`: the one it names (`id_slot`, when free), else the longest KV prefix
+/// shared with its prompt (when it caches), then the least recently used.
 fn pick_slot(slots: &[Slot<'_>], engine: Option<&Engine>, job: &Job) -> Option<usize> {
+    if let Some(i) = job.slot {
+        return slots.get(i).filter(|s| !s.busy()).map(|_| i);
+    }
     let shared = |s: &Slot<'_>| if job.cache_prompt { common_prefix(kv_tokens(&s.kv, engine), &job.prompt) } else { 0 };
     slots.iter().enumerate().filter(|(_, s)| !s.busy()).max_by_key(|(_, s)| (shared(s), std::cmp::Reverse(s.last_used))).map(|(i, _)| i)
 }

@@ -32,12 +32,19 @@ pub struct Job {
     pub inject_panic: bool,
     /// Start from the slot's KV prefix shared with the prompt (`cache_prompt`).
     pub cache_prompt: bool,
+    /// llama-server's `return_progress`: an [`Event::Progress`] when the prompt starts and
+    /// after each of its chunks.
+    pub return_progress: bool,
+    /// `id_slot`: this slot only (the job waits for it).
+    pub slot: Option<usize>,
     pub ticket: Ticket,
 }
 
 /// What a slot reports to the request's handler.
 #[derive(Debug)]
 pub enum Event {
+    /// How far the prompt's evaluation has come (only with `return_progress`).
+    Progress(Progress),
     Token(TokenEvent),
     Done(Finished),
     Failed(ApiError),
@@ -49,17 +56,47 @@ pub struct TokenEvent {
     /// Text that became final with this token (possibly empty).
     pub text: String,
     pub logprobs: Option<TokenLogprobs>,
+    /// The counts and times so far, this token included (llama-server's `timings_per_token`).
+    pub so_far: Usage,
 }
 
+/// The prompt's evaluation so far: llama-server's `prompt_progress`.
 #[derive(Debug, Clone, Copy)]
-pub struct Finished {
-    pub reason: StopReason,
+pub struct Progress {
+    /// Prompt tokens in all, taken from the cache, and in the KV now (cached included).
+    pub total: usize,
+    pub cache: usize,
+    pub processed: usize,
+    /// Since the request reached its slot.
+    pub time_ms: f64,
+    /// The timings so far (`processed` as the prompt's tokens).
+    pub so_far: Usage,
+}
+
+/// Tokens and seconds of a generation, so far or in all.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Usage {
     pub prompt_tokens: usize,
     /// Prompt tokens found in the slot's KV, not evaluated.
     pub cached_tokens: usize,
     pub completion_tokens: usize,
     pub prompt_secs: f64,
+    /// Seconds of the decode passes (the first token comes from the prompt's pass, so
+    /// `completion_tokens - 1` passes).
     pub gen_secs: f64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Finished {
+    pub reason: StopReason,
+    pub usage: Usage,
+}
+
+impl std::ops::Deref for Finished {
+    type Target = Usage;
+    fn deref(&self) -> &Usage {
+        &self.usage
+    }
 }
 
 impl Finished {
@@ -77,6 +114,23 @@ struct Task<'t> {
     generator: Generator<'t>,
     /// Prompt tokens taken from the KV.
     cached: usize,
+    /// When the slot took the request.
+    started: Instant,
+}
+
+impl Task<'_> {
+    /// Sends where the prompt stands, when the request asked.
+    fn progress(&self) {
+        if !self.job.return_progress {
+            return;
+        }
+        let g = self.generator.generation();
+        let total = g.prompt_ids.len();
+        let processed = total - self.generator.prompt_left();
+        let so_far = Usage { prompt_tokens: processed, cached_tokens: self.cached, completion_tokens: 0, prompt_secs: g.prompt_secs, gen_secs: 0.0 };
+        let time_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        self.job.send(Event::Progress(Progress { total, cache: self.cached, processed, time_ms, so_far }));
+    }
 }
 
 /// Where a slot's KV lives.
@@ -179,7 +233,9 @@ impl<'t> Slot<'t> {
         match made {
             Ok(Ok((generator, cached))) => {
                 metrics.cached(cached);
-                self.task = Some(Task { job, generator, cached });
+                let task = Task { job, generator, cached, started: Instant::now() };
+                task.progress();
+                self.task = Some(task);
             }
             Ok(Err(GenerateError::PromptTooLong { n_prompt, n_ctx, .. })) => {
                 job.fail(ApiError::ExceedContext { n_prompt_tokens: n_prompt, n_ctx })
@@ -236,6 +292,7 @@ impl<'t> Slot<'t> {
         let step = task.generator.evaluated(pass, logits, secs);
         if prefill {
             metrics.prompt(n, secs);
+            task.progress();
         } else {
             metrics.generated(1, secs);
         }
@@ -265,6 +322,7 @@ impl<'t> Slot<'t> {
                 let tokens = steps.iter().filter(|s| s.token.is_some()).count();
                 if prompt_left > 0 {
                     metrics.prompt(prompt_left - task.generator.prompt_left(), secs);
+                    task.progress();
                 } else if tokens > 0 {
                     metrics.generated(tokens, secs);
                 }
@@ -300,20 +358,19 @@ impl<'t> Slot<'t> {
     fn deliver(&mut self, steps: Vec<StepOutput>) {
         let Some(task) = self.task.as_mut() else { return };
         for step in steps {
+            let g = task.generator.generation();
+            let so_far = Usage {
+                prompt_tokens: g.prompt_ids.len(),
+                cached_tokens: task.cached,
+                completion_tokens: g.generated_ids.len(),
+                prompt_secs: g.prompt_secs,
+                gen_secs: g.gen_secs,
+            };
             if let Some(id) = step.token {
-                task.job.send(Event::Token(TokenEvent { id, text: step.text, logprobs: step.logprobs }));
+                task.job.send(Event::Token(TokenEvent { id, text: step.text, logprobs: step.logprobs, so_far }));
             }
             if let Some(reason) = step.finished {
-                let g = task.generator.generation();
-                let done = Finished {
-                    reason,
-                    prompt_tokens: g.prompt_ids.len(),
-                    cached_tokens: task.cached,
-                    completion_tokens: g.generated_ids.len(),
-                    prompt_secs: g.prompt_secs,
-                    gen_secs: g.gen_secs,
-                };
-                self.end(Event::Done(done));
+                self.end(Event::Done(Finished { reason, usage: so_far }));
                 return;
             }
         }

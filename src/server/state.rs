@@ -56,6 +56,36 @@ pub struct ServeConfig {
     pub drain_timeout_secs: u64,
     /// `--chat-template FILE`: the chat template instead of the model's.
     pub chat_template: Option<PathBuf>,
+    /// `--tags`: labels `/v1/models` reports (llama-server's).
+    pub tags: Vec<String>,
+    /// What a request leaves out: `--temp`, `--seed`, `--n-predict` (llama-server's flags).
+    pub defaults: RequestDefaults,
+    /// `--cors-origins`: which browser origins may read responses (`None`: no CORS headers).
+    pub cors: Option<super::cors::CorsOrigins>,
+    /// `/metrics` and `/slots` answer (else 501, as llama-server without `--metrics` or with
+    /// `--no-slots`).
+    pub metrics_endpoint: bool,
+    pub slots_endpoint: bool,
+    /// `GET /` serves the chat page (else 404: `--no-ui`).
+    pub ui: bool,
+}
+
+/// Server-wide defaults for the sampling fields a request leaves out.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RequestDefaults {
+    /// `--temp`: else the sampler's default (0.8, as llama.cpp).
+    pub temperature: Option<f32>,
+    /// `--seed`: else a fresh seed per request.
+    pub seed: Option<u64>,
+    /// `--n-predict`: the most tokens a request generates when it names no limit (else until
+    /// the slot's context is full).
+    pub n_predict: Option<usize>,
+    /// `--prefill-assistant`: a conversation that ends with an assistant message is continued
+    /// from it (llama-server's default) instead of answered with a new turn (OpenAI's).
+    pub prefill_assistant: bool,
+    /// `--verbose`: every whole response carries `__verbose` (the prompt as the model read
+    /// it), as a request's `"verbose": true` asks.
+    pub verbose: bool,
 }
 
 /// Defaults of the connection limits (`minfer serve --read-timeout` etc.).
@@ -94,6 +124,8 @@ pub struct Opened {
 /// The model, its tokenizer and template, and the inference thread.
 pub struct Loaded {
     pub model_id: String,
+    /// Every name of `--alias` (sorted; the id is the first).
+    pub aliases: Vec<String>,
     /// Unix time the model was loaded (`created` of `/v1/models`).
     pub created: u64,
     pub tok: Arc<Tokenizer>,
@@ -117,6 +149,10 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub admission: Arc<Admission>,
     pub loaded: OnceLock<Loaded>,
+    /// Unix time the server started (`/metrics`' `Process-Start-Time-Unix`).
+    pub started: u64,
+    /// Recent Responses API conversations, for `previous_response_id`.
+    pub responses: super::responses::ResponseStore,
 }
 
 pub fn unix_now() -> u64 {
@@ -133,6 +169,8 @@ impl AppState {
             metrics: Arc::new(Metrics::default()),
             admission,
             loaded: OnceLock::new(),
+            started: unix_now(),
+            responses: Default::default(),
         })
     }
 
@@ -214,10 +252,15 @@ impl AppState {
             batch: self.cfg.batch,
             metrics: self.metrics.clone(),
         })?;
-        let model_id = self.cfg.alias.clone().unwrap_or_else(|| {
+        // `--alias a,b,c` (llama-server's form): every name answers, the first in sorted order
+        // is the id.
+        let mut aliases: Vec<String> = self.cfg.alias.as_deref().unwrap_or("").split(',').map(str::trim).filter(|a| !a.is_empty()).map(str::to_string).collect();
+        aliases.sort();
+        aliases.dedup();
+        let model_id = aliases.first().cloned().unwrap_or_else(|| {
             self.cfg.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
         });
-        let loaded = Loaded { model_id, created: unix_now(), tok, template, render, n_ctx_slot, n_vocab, inference, grammar_vocab: OnceLock::new() };
+        let loaded = Loaded { model_id, aliases, created: unix_now(), tok, template, render, n_ctx_slot, n_vocab, inference, grammar_vocab: OnceLock::new() };
         let _ = self.loaded.set(loaded);
         Ok(())
     }

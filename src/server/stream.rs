@@ -33,6 +33,8 @@ pub struct StreamOptions {
     pub prefix: String,
     /// Tools were offered: `<tool_call>` blocks become tool calls.
     pub tools: bool,
+    /// llama-server's `timings_per_token`: each chunk carries the timings so far.
+    pub timings_per_token: bool,
 }
 
 pub struct EventStream {
@@ -40,6 +42,7 @@ pub struct EventStream {
     tok: Arc<Tokenizer>,
     meta: Meta,
     include_usage: bool,
+    timings_per_token: bool,
     frames: VecDeque<Bytes>,
     /// The chat stream's first chunk carries the role.
     role_sent: bool,
@@ -73,6 +76,32 @@ impl ShutSignal {
     }
 }
 
+/// The generation's next event; its end without a result, or the drain's time-out, as a failure.
+pub async fn next_or_failed(shut: &mut ShutSignal, rx: &mut UnboundedReceiver<Event>) -> Event {
+    match shut.next_event(rx).await {
+        Ok(Some(ev)) => ev,
+        Ok(None) => Event::Failed(ApiError::Internal("the generation ended without a result".into())),
+        Err(e) => Event::Failed(e),
+    }
+}
+
+/// A stream's next frame, boxed (`None`: the stream has ended).
+pub type NextFrame<'a> = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'a>>;
+
+/// A `text/event-stream` response whose frames `next` draws from `state` one at a time.
+pub fn sse_response<S: Send + 'static>(state: S, next: for<'a> fn(&'a mut S) -> NextFrame<'a>) -> Response {
+    let body = futures_util::stream::unfold(state, move |mut s| async move {
+        let b = next(&mut s).await;
+        b.map(|b| (Ok::<_, Infallible>(b), s))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
 fn frame(v: &Json) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
@@ -80,13 +109,14 @@ fn frame(v: &Json) -> Bytes {
 impl EventStream {
     /// A stream of `rx`'s events.
     pub fn new(rx: UnboundedReceiver<Event>, tok: Arc<Tokenizer>, meta: Meta, opts: StreamOptions, shut: ShutSignal) -> EventStream {
-        let StreamOptions { include_usage, prefix, tools } = opts;
+        let StreamOptions { include_usage, prefix, tools, timings_per_token } = opts;
         let tools = tools.then(ToolCallSplitter::default);
         let mut s = EventStream {
             rx,
             tok,
             meta,
             include_usage,
+            timings_per_token,
             frames: VecDeque::new(),
             role_sent: false,
             offset: 0,
@@ -96,21 +126,41 @@ impl EventStream {
         };
         let prefix = prefix.as_str();
         if !prefix.is_empty() {
-            s.text_frame(prefix, None);
+            s.text_frame(prefix, None, None);
         }
         s
     }
 
-    fn text_frame(&mut self, text: &str, logprobs: Option<Json>) {
-        let role = self.meta.api == super::response::Api::Chat && !self.role_sent;
-        self.role_sent = true;
-        self.frames.push_back(frame(&self.meta.chunk(text, logprobs, role, self.include_usage)));
+    /// A chunk of text; a chat stream's first chunk, before it, names the role alone.
+    fn text_frame(&mut self, text: &str, logprobs: Option<Json>, so_far: Option<&super::slot::Usage>) {
+        self.role_frame();
+        let mut chunk = self.meta.chunk(text, logprobs, self.include_usage);
+        if let Some(u) = so_far.filter(|_| self.timings_per_token) {
+            chunk["timings"] = super::response::timings(u);
+        }
+        self.frames.push_back(frame(&chunk));
         self.offset += text.len();
+    }
+
+    fn role_frame(&mut self) {
+        if self.meta.api == super::response::Api::Chat && !self.role_sent {
+            self.role_sent = true;
+            self.frames.push_back(frame(&self.meta.role_chunk(self.include_usage)));
+        }
     }
 
     /// Turns one event into frames.
     pub fn push(&mut self, ev: Event) {
         match ev {
+            Event::Progress(p) => {
+                self.role_frame();
+                let mut chunk = self.meta.progress_chunk(self.include_usage);
+                chunk["prompt_progress"] = super::native::progress_json(&p);
+                if self.timings_per_token {
+                    chunk["timings"] = super::response::timings(&p.so_far);
+                }
+                self.frames.push_back(frame(&chunk));
+            }
             Event::Token(t) => {
                 let mut lp = Logprobs::default();
                 lp.push(&self.tok, &t);
@@ -120,13 +170,14 @@ impl EventStream {
                     None => t.text,
                 };
                 if !text.is_empty() || logprobs.is_some() {
-                    self.text_frame(&text, logprobs);
+                    self.text_frame(&text, logprobs, Some(&t.so_far));
                 }
             }
             Event::Done(f) => {
                 let (tail, calls) = self.tools.as_mut().map(ToolCallSplitter::finish).unwrap_or_default();
-                if !self.role_sent || !tail.is_empty() {
-                    self.text_frame(&tail, None);
+                self.role_frame();
+                if !tail.is_empty() {
+                    self.text_frame(&tail, None, None);
                 }
                 if !calls.is_empty() {
                     self.frames.push_back(frame(&self.meta.tool_calls_chunk(&calls, self.include_usage)));
@@ -167,11 +218,6 @@ impl EventStream {
     }
 
     pub fn into_response(self) -> Response {
-        let body = futures_util::stream::unfold(self, |mut s| async move { s.next_frame().await.map(|b| (Ok::<_, Infallible>(b), s)) });
-        Response::builder()
-            .header(header::CONTENT_TYPE, "text/event-stream")
-            .header(header::CACHE_CONTROL, "no-cache")
-            .body(Body::from_stream(body))
-            .unwrap_or_else(|_| Response::new(Body::empty()))
+        sse_response(self, |s| Box::pin(s.next_frame()))
     }
 }

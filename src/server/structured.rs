@@ -85,8 +85,8 @@ pub fn response_format(f: &Fields) -> Result<Option<Structured>, ApiError> {
             only(js, &["name", "schema", "strict", "description"], "response_format.json_schema")?;
             let j = Fields::new(js);
             let at = |k: &str| format!("response_format.json_schema.{k}");
-            let name = j.str("name").map_err(|_| ApiError::param(at("name"), "must be a string"))?;
-            let name = name.ok_or_else(|| ApiError::param(at("name"), "is required"))?;
+            // OpenAI requires a name; llama-server does not, and its clients leave it out.
+            let name = j.str("name").map_err(|_| ApiError::param(at("name"), "must be a string"))?.unwrap_or("response");
             if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
                 return Err(ApiError::param(at("name"), "must be 1 to 64 letters, digits, underscores or dashes"));
             }

@@ -171,7 +171,7 @@ fn generate(st: &VizState, run: u64, p: &PreparedRun) -> Result<Value, String> {
     if let Some(seed) = p.req.seed {
         sampler.seed = seed;
     }
-    let params = GenerateParams { max_tokens: p.req.max_tokens, sampler, stop: Vec::new(), ubatch: None, n_probs: None, grammar: None };
+    let params = GenerateParams { max_tokens: p.req.max_tokens, sampler, stop: Vec::new(), ubatch: None, n_probs: None, post_sampling_probs: false, grammar: None };
     let outcome = (|| {
         let mut g = Generator::new(&engine, &st.tok, &p.ids, &params).map_err(|e| e.to_string())?;
         let mut stopped = false;

@@ -22,6 +22,7 @@ pub fn check_error(e: &ApiError) {
 
 pub fn check_opts(o: &GenOptions, n_vocab: usize) {
     assert!(o.max_tokens.is_none_or(|n| n >= 1));
+    assert!((1..=minfer::server::request::MAX_CHOICES as usize).contains(&o.n));
     assert!(o.stop.len() <= MAX_STOPS && o.stop.iter().all(|s| s.len() <= MAX_STOP_BYTES));
     assert!(o.n_probs.is_none_or(|n| n as i64 <= MAX_TOP_LOGPROBS));
     assert!(!o.include_usage || o.stream, "include_usage without stream");
@@ -37,14 +38,14 @@ pub fn exercise(data: &[u8]) {
         Err(e) => return check_error(&e),
     };
     for n_vocab in VOCABS {
-        match chat_request(&body, n_vocab) {
+        match chat_request(&body, n_vocab, &Default::default()) {
             Ok(r) => {
                 assert!(!r.messages.is_empty());
                 check_opts(&r.opts, n_vocab);
             }
             Err(e) => check_error(&e),
         }
-        match completion_request(&body, n_vocab) {
+        match completion_request(&body, n_vocab, &Default::default()) {
             Ok(r) => check_opts(&r.opts, n_vocab),
             Err(e) => check_error(&e),
         }

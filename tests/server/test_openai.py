@@ -457,6 +457,66 @@ class Endpoints(unittest.TestCase):
         self.assertEqual((status, v["content"]), (200, ref["generated_text"]))
 
 
+class Choices(unittest.TestCase):
+    def test_n_choices_are_the_single_answers_of_their_seeds(self):
+        """`n=2`: choice i is what a single request with seed + i answers (greedy: the same)."""
+        c = SERVER.client()
+        msgs = user("Invent a name for a dog.")
+        one = lambda seed, t: c.chat.completions.create(model="m", messages=msgs, temperature=t, max_tokens=12, seed=seed)
+        r = c.chat.completions.create(model="m", messages=msgs, temperature=1.0, max_tokens=12, seed=77, n=2)
+        self.assertEqual([ch.index for ch in r.choices], [0, 1])
+        for i, ch in enumerate(r.choices):
+            single = one(77 + i, 1.0)
+            self.assertEqual(ch.message.content, single.choices[0].message.content, i)
+            self.assertEqual(ch.finish_reason, single.choices[0].finish_reason)
+        self.assertEqual(r.usage.prompt_tokens, single.usage.prompt_tokens)
+        self.assertEqual(r.usage.completion_tokens, sum(one(77 + i, 1.0).usage.completion_tokens for i in range(2)))
+        g = c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=12, n=2)
+        self.assertEqual(g.choices[0].message.content, g.choices[1].message.content)
+        self.assertEqual(g.choices[0].message.content, one(1, 0).choices[0].message.content)
+
+
+class Responses(unittest.TestCase):
+    """The Responses API through the official client, against the chat endpoint's answers (the
+    same conversation, greedy), which the Chat tests hold to llama.cpp's."""
+
+    def chat(self, messages, n):
+        r = SERVER.client().chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=n)
+        return r.choices[0].message.content, r.choices[0].finish_reason
+
+    def test_create_and_stream_equal_chat(self):
+        c = SERVER.client()
+        want, why = self.chat([{"role": "system", "content": "Answer in one word."}, *user("What color is the sky?")], 16)
+        r = c.responses.create(model="m", instructions="Answer in one word.", input="What color is the sky?", max_output_tokens=16, temperature=0)
+        self.assertTrue(r.id.startswith("resp_"))
+        self.assertEqual(r.output[0].type, "message")
+        self.assertEqual(r.output_text, want)
+        self.assertEqual(r.status, "completed" if why == "stop" else "incomplete")
+        self.assertGreater(r.usage.input_tokens, 0)
+        self.assertGreater(r.usage.output_tokens, 0)
+        events = list(c.responses.create(model="m", instructions="Answer in one word.", input="What color is the sky?",
+                                          max_output_tokens=16, temperature=0, stream=True))
+        kinds = [e.type for e in events]
+        self.assertEqual(kinds[:4], ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"])
+        self.assertIn(kinds[-1], ["response.completed", "response.incomplete"])
+        self.assertEqual(kinds[-4:-1], ["response.output_text.done", "response.content_part.done", "response.output_item.done"])
+        self.assertEqual("".join(e.delta for e in events if e.type == "response.output_text.delta"), want)
+        self.assertEqual(events[-1].response.output_text, want)
+        self.assertEqual([e.sequence_number for e in events], list(range(len(events))))
+
+    def test_previous_response_id_continues_the_conversation(self):
+        c = SERVER.client()
+        first = c.responses.create(model="m", input="My name is Ada. Say hi.", max_output_tokens=12, temperature=0)
+        second = c.responses.create(model="m", input="What is my name?", previous_response_id=first.id, max_output_tokens=12, temperature=0)
+        want, _ = self.chat([*user("My name is Ada. Say hi."), {"role": "assistant", "content": first.output_text}, *user("What is my name?")], 12)
+        self.assertEqual(second.output_text, want)
+        self.assertEqual(second.previous_response_id, first.id)
+        with self.assertRaises(openai.BadRequestError):
+            c.responses.create(model="m", input="x", previous_response_id="resp_unknown")
+        with self.assertRaises(openai.BadRequestError):
+            c.responses.create(model="m", input="x", tools=[{"type": "function", "name": "f", "parameters": {}}])
+
+
 class Errors(unittest.TestCase):
     def check(self, status_body, status, kind, param=None):
         got_status, body = status_body
@@ -477,11 +537,10 @@ class Errors(unittest.TestCase):
         self.check(post({"messages": msgs, "max_tokens": "ten"}), 400, "invalid_request_error", "max_tokens")
         self.check(post({"messages": "hi"}), 400, "invalid_request_error", "messages")
         self.check(post({}), 400, "invalid_request_error", "messages")
-        err = self.check(post({"messages": msgs, "n": 3}), 400, "invalid_request_error", "n")
-        self.assertIn("1", err["message"])
+        err = self.check(post({"messages": msgs, "n": 17}), 400, "invalid_request_error", "n")
+        self.assertIn("16", err["message"])
+        self.check(post({"messages": msgs, "n": 2, "stream": True}), 400, "invalid_request_error", "n")
         self.check(post({"messages": msgs, "stop": 5}), 400, "invalid_request_error", "stop")
-        with self.assertRaises(openai.BadRequestError):
-            SERVER.client().chat.completions.create(model="m", messages=msgs, n=2)
 
     def test_prompt_longer_than_the_slot_is_400_even_for_streams(self):
         long = "hello " * 2500  # > 2048 tokens, the context of one of the two slots
@@ -503,6 +562,12 @@ class Errors(unittest.TestCase):
         c.request("GET", "/v1/models")  # no header at all
         self.assertEqual(c.getresponse().status, 401)
         c.close()
+        # llama-server's and Anthropic's header carries the key too
+        for key, status in [(KEY, 200), ("nope", 401)]:
+            c = http.client.HTTPConnection("127.0.0.1", SERVER.port)
+            c.request("GET", "/v1/models", headers={"X-Api-Key": key})
+            self.assertEqual(c.getresponse().status, status, key)
+            c.close()
         # the scheme is case-insensitive (RFC 7235)
         self.assertEqual(SERVER.http("GET", "/v1/models", headers={"Authorization": f"bearer {KEY}"})[0], 200)
         # probes stay open
