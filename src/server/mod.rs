@@ -27,6 +27,7 @@ pub mod lifecycle;
 pub mod listener;
 pub mod metrics;
 pub mod native;
+pub mod ollama;
 pub mod openai;
 pub mod request;
 pub mod response;

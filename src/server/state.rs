@@ -122,8 +122,34 @@ pub struct Opened {
 }
 
 /// The model, its tokenizer and template, and the inference thread.
+/// What Ollama's `/api/tags` and `/api/show` report of the model file.
+#[derive(Debug, Clone, Default)]
+pub struct ModelFacts {
+    pub arch: String,
+    pub n_params: u64,
+    pub file_size: u64,
+    /// The type most of the weights' bytes are stored in (`Q4_K`, `F16`, …).
+    pub quantization: String,
+}
+
+impl ModelFacts {
+    fn of(f: &GgufFile) -> ModelFacts {
+        let mut bytes: std::collections::BTreeMap<String, u64> = Default::default();
+        for t in f.tensors() {
+            *bytes.entry(t.type_name().to_string()).or_default() += t.n_bytes;
+        }
+        ModelFacts {
+            arch: f.opt_str("general.architecture").ok().flatten().unwrap_or("").to_string(),
+            n_params: f.tensors().iter().map(|t| t.n_elements).sum(),
+            file_size: f.file_size(),
+            quantization: bytes.into_iter().max_by_key(|(_, b)| *b).map(|(t, _)| t).unwrap_or_default(),
+        }
+    }
+}
+
 pub struct Loaded {
     pub model_id: String,
+    pub facts: ModelFacts,
     /// Every name of `--alias` (sorted; the id is the first).
     pub aliases: Vec<String>,
     /// Unix time the model was loaded (`created` of `/v1/models`).
@@ -209,6 +235,7 @@ impl AppState {
         let path = self.cfg.model.display().to_string();
         let fail = |reason: String| ServeError::Load { path: path.clone(), reason };
         let tok = Tokenizer::from_gguf(&file).map_err(|e| fail(e.to_string()))?;
+        let facts = ModelFacts::of(&file);
         // `--chat-template FILE` must load; the model's own template, when it does not compile,
         // turns chat off with a word on stderr (completions still work).
         let template = match (&self.cfg.chat_template, chat_template_for(&file, self.cfg.chat_template.as_deref())) {
@@ -260,7 +287,7 @@ impl AppState {
         let model_id = aliases.first().cloned().unwrap_or_else(|| {
             self.cfg.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
         });
-        let loaded = Loaded { model_id, aliases, created: unix_now(), tok, template, render, n_ctx_slot, n_vocab, inference, grammar_vocab: OnceLock::new() };
+        let loaded = Loaded { model_id, facts, aliases, created: unix_now(), tok, template, render, n_ctx_slot, n_vocab, inference, grammar_vocab: OnceLock::new() };
         let _ = self.loaded.set(loaded);
         Ok(())
     }

@@ -90,12 +90,17 @@ pub type NextFrame<'a> = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'a>
 
 /// A `text/event-stream` response whose frames `next` draws from `state` one at a time.
 pub fn sse_response<S: Send + 'static>(state: S, next: for<'a> fn(&'a mut S) -> NextFrame<'a>) -> Response {
+    stream_response(state, next, "text/event-stream")
+}
+
+/// A streamed response of `content_type` whose pieces `next` draws from `state`.
+pub fn stream_response<S: Send + 'static>(state: S, next: for<'a> fn(&'a mut S) -> NextFrame<'a>, content_type: &'static str) -> Response {
     let body = futures_util::stream::unfold(state, move |mut s| async move {
         let b = next(&mut s).await;
         b.map(|b| (Ok::<_, Infallible>(b), s))
     });
     Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, "no-cache")
         .header("x-accel-buffering", "no")
         .body(Body::from_stream(body))

@@ -24,6 +24,7 @@ import threading
 import time
 import unittest
 
+import ollama
 import openai
 
 BIN = os.environ["MINFER_BIN"]
@@ -515,6 +516,54 @@ class Responses(unittest.TestCase):
             c.responses.create(model="m", input="x", previous_response_id="resp_unknown")
         with self.assertRaises(openai.BadRequestError):
             c.responses.create(model="m", input="x", tools=[{"type": "function", "name": "f", "parameters": {}}])
+
+
+class Ollama(unittest.TestCase):
+    """Ollama's API through the official `ollama` client, against the OpenAI endpoints' answers
+    (greedy, the same conversation or prompt)."""
+
+    def client(self):
+        return ollama.Client(host=f"http://127.0.0.1:{SERVER.port}", headers={"Authorization": f"Bearer {KEY}"})
+
+    def test_chat_generate_stream_list_show(self):
+        o, c = self.client(), SERVER.client()
+        msgs = user("Name three primary colors.")
+        want = c.chat.completions.create(model="m", messages=msgs, temperature=0, max_tokens=20)
+        r = o.chat(model="minfer", messages=msgs, stream=False, options={"temperature": 0, "num_predict": 20})
+        self.assertEqual(r.message.role, "assistant")
+        self.assertEqual(r.message.content, want.choices[0].message.content)
+        self.assertTrue(r.done)
+        self.assertEqual(r.done_reason, "stop" if want.choices[0].finish_reason == "stop" else "length")
+        self.assertEqual(r.eval_count, want.usage.completion_tokens)
+        self.assertEqual(r.prompt_eval_count, want.usage.prompt_tokens)
+        parts = list(o.chat(model="minfer", messages=msgs, stream=True, options={"temperature": 0, "num_predict": 20}))
+        self.assertEqual("".join(p.message.content for p in parts), r.message.content)
+        self.assertTrue(parts[-1].done and not any(p.done for p in parts[:-1]))
+        g = o.generate(model="minfer", prompt="Name three primary colors.", options={"temperature": 0, "num_predict": 20})
+        self.assertEqual(g.response, want.choices[0].message.content)
+        raw = o.generate(model="minfer", prompt="def fibonacci(n):", raw=True, options={"temperature": 0, "num_predict": 16})
+        plain = c.completions.create(model="m", prompt="def fibonacci(n):", temperature=0, max_tokens=16)
+        self.assertEqual(raw.response, plain.choices[0].text)
+        models = o.list().models
+        self.assertEqual(len(models), 1)
+        self.assertEqual(models[0].model, SERVER.client().models.list().data[0].id)
+        self.assertEqual(models[0].details.format, "gguf")
+        info = o.show(models[0].model)
+        self.assertEqual(info.details.family, "qwen2")
+        self.assertIn("im_start", info.template)
+        self.assertEqual(len(o.ps().models), 1)
+
+    def test_format_json_and_refusals(self):
+        o = self.client()
+        r = o.chat(model="m", messages=user("Give a JSON object with a name."), format="json", options={"temperature": 0, "num_predict": 60})
+        self.assertIsInstance(json.loads(r.message.content), dict)
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+        r = o.generate(model="m", prompt="Pick a number.", format=schema, options={"temperature": 0, "num_predict": 30})
+        self.assertIsInstance(json.loads(r.response)["n"], int)
+        for bad in [dict(options={"mirostat": 1}), dict(options={"num_ctx": 10**9}), dict(think=True)]:
+            with self.assertRaises(ollama.ResponseError) as e:
+                o.chat(model="m", messages=user("hi"), **bad)
+            self.assertEqual(e.exception.status_code, 400, bad)
 
 
 class Errors(unittest.TestCase):
