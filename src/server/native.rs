@@ -30,7 +30,8 @@ use super::request::{GenOptions, LogprobsStyle, gen_options, token_ids};
 use super::response::timings;
 use super::slot::{Event, Finished};
 use super::state::{AppState, Loaded};
-use super::stream::ShutSignal;
+use super::stream::{FrameMaker, FrameStream, ShutSignal};
+use std::collections::VecDeque;
 use crate::generate::{StopReason, TokenLogprobs};
 use crate::tokenizer::Tokenizer;
 
@@ -384,11 +385,9 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>, infill: b
         if let Event::Failed(e) = first {
             return Err(e);
         }
-        let mut frames = Vec::new();
-        let mut ended = false;
-        stream_event(&shape, first, &mut frames, &mut ended);
-        let state = NativeStream { rx, shut, frames: frames.into(), ended, req: Arc::new(req), st: st.clone() };
-        return Ok(state.into_response());
+        let mut s = FrameStream::with(rx, shut, NativeFrames { req: Arc::new(req), st: st.clone() });
+        s.push(first);
+        return Ok(s.into_response_as("text/event-stream"));
     }
     let mut answers = Vec::with_capacity(rxs.len());
     for (i, (rx, p)) in rxs.iter_mut().zip(&req.prompts).enumerate() {
@@ -422,8 +421,8 @@ async fn collect(shape: &Shape<'_>, index: usize, p: &NativePrompt, shut: &mut S
     Err(ApiError::Internal("the generation ended without a result".into()))
 }
 
-/// Frames for one event of a native stream.
-fn stream_event(shape: &Shape<'_>, ev: Event, frames: &mut Vec<Bytes>, ended: &mut bool) {
+/// Frames for one event of a native stream; true when it ended the stream.
+fn stream_event(shape: &Shape<'_>, ev: Event, frames: &mut VecDeque<Bytes>) -> bool {
     let frame = |v: &Json| Bytes::from(format!("data: {v}\n\n"));
     match ev {
         Event::Progress(p) => {
@@ -431,12 +430,13 @@ fn stream_event(shape: &Shape<'_>, ev: Event, frames: &mut Vec<Bytes>, ended: &m
             if shape.req.opts.timings_per_token {
                 v["timings"] = timings(&p.so_far);
             }
-            frames.push(frame(&v));
+            frames.push_back(frame(&v));
+            false
         }
         Event::Token(t) => {
             let tok = &shape.m.tok;
             if tok.is_eog(t.id) {
-                return;
+                return false;
             }
             let mut v = json!({
                 "index": 0,
@@ -452,50 +452,31 @@ fn stream_event(shape: &Shape<'_>, ev: Event, frames: &mut Vec<Bytes>, ended: &m
             if shape.req.opts.timings_per_token {
                 v["timings"] = timings(&t.so_far);
             }
-            frames.push(frame(&v));
+            frames.push_back(frame(&v));
+            false
         }
         Event::Done(f) => {
             let p = &shape.req.prompts[0];
-            frames.push(frame(&shape.object(0, p, "", &[], None, &f)));
-            *ended = true;
+            frames.push_back(frame(&shape.object(0, p, "", &[], None, &f)));
+            true
         }
         Event::Failed(e) => {
-            frames.push(frame(&e.to_json()));
-            *ended = true;
+            frames.push_back(frame(&e.to_json()));
+            true
         }
     }
 }
 
-/// A native stream: owns what its frames need, since the body outlives the handler.
-struct NativeStream {
-    rx: UnboundedReceiver<Event>,
-    shut: ShutSignal,
-    frames: std::collections::VecDeque<Bytes>,
-    ended: bool,
+/// A native stream's frames: owns what they need, since the body outlives the handler.
+struct NativeFrames {
     req: Arc<NativeRequest>,
     st: Arc<AppState>,
 }
 
-impl NativeStream {
-    async fn next_frame(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(b) = self.frames.pop_front() {
-                return Some(b);
-            }
-            if self.ended {
-                return None;
-            }
-            let ev = super::stream::next_or_failed(&mut self.shut, &mut self.rx).await;
-            let Ok(m) = self.st.model() else { return None };
-            let shape = Shape { m, req: &self.req };
-            let mut out = Vec::new();
-            stream_event(&shape, ev, &mut out, &mut self.ended);
-            self.frames.extend(out);
-        }
-    }
-
-    fn into_response(self) -> Response {
-        super::stream::sse_response(self, |s| Box::pin(s.next_frame()))
+impl FrameMaker for NativeFrames {
+    fn make(&mut self, ev: Event, out: &mut VecDeque<Bytes>) -> bool {
+        let Ok(m) = self.st.model() else { return true };
+        stream_event(&Shape { m, req: &self.req }, ev, out)
     }
 }
 

@@ -22,7 +22,6 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value as Json, json};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::error::{ApiError, bounded};
 use super::fields::{Fields, kind_of, parse_object};
@@ -30,7 +29,7 @@ use super::openai::{admit, blocking, body_bytes, check_context, compile, render_
 use super::request::{GenOptions, LogprobsStyle, gen_options};
 use super::slot::{Event, Finished};
 use super::state::{AppState, Loaded};
-use super::stream::ShutSignal;
+use super::stream::{FrameMaker, FrameStream, ShutSignal};
 use crate::chat::ChatMessage;
 use crate::generate::StopReason;
 
@@ -265,9 +264,9 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>, kind: Kin
         return Err(e);
     }
     if opts.stream {
-        let mut s = NdStream { rx, shut, frames: VecDeque::new(), ended: false, answer };
+        let mut s = FrameStream::with(rx, shut, NdFrames { answer });
         s.push(first);
-        return Ok(super::stream::stream_response(s, |s| Box::pin(s.next_frame()), "application/x-ndjson"));
+        return Ok(s.into_response_as("application/x-ndjson"));
     }
     let mut text = String::new();
     let mut ev = first;
@@ -282,51 +281,22 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>, kind: Kin
     }
 }
 
-/// A streamed answer: one JSON object per line.
-struct NdStream {
-    rx: UnboundedReceiver<Event>,
-    shut: ShutSignal,
-    frames: VecDeque<Bytes>,
-    ended: bool,
+/// A streamed answer's lines: one JSON object each.
+struct NdFrames {
     answer: Answer,
 }
 
-impl NdStream {
-    fn line(&mut self, v: &Json) {
-        self.frames.push_back(Bytes::from(format!("{v}\n")));
-    }
-
-    fn push(&mut self, ev: Event) {
-        match ev {
-            Event::Progress(_) => {}
-            Event::Token(t) if t.text.is_empty() => {}
-            Event::Token(t) => {
-                let v = self.answer.piece(&t.text, None);
-                self.line(&v);
-            }
-            Event::Done(f) => {
-                let v = self.answer.piece("", Some(&f));
-                self.line(&v);
-                self.ended = true;
-            }
-            Event::Failed(e) => {
-                self.line(&json!({ "error": e.to_string() }));
-                self.ended = true;
-            }
-        }
-    }
-
-    async fn next_frame(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(b) = self.frames.pop_front() {
-                return Some(b);
-            }
-            if self.ended {
-                return None;
-            }
-            let ev = super::stream::next_or_failed(&mut self.shut, &mut self.rx).await;
-            self.push(ev);
-        }
+impl FrameMaker for NdFrames {
+    fn make(&mut self, ev: Event, out: &mut VecDeque<Bytes>) -> bool {
+        let (v, ended) = match ev {
+            Event::Progress(_) => return false,
+            Event::Token(t) if t.text.is_empty() => return false,
+            Event::Token(t) => (self.answer.piece(&t.text, None), false),
+            Event::Done(f) => (self.answer.piece("", Some(&f)), true),
+            Event::Failed(e) => (json!({ "error": e.to_string() }), true),
+        };
+        out.push_back(Bytes::from(format!("{v}\n")));
+        ended
     }
 }
 

@@ -28,7 +28,6 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value as Json, json};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::error::{ApiError, bounded};
 use super::fields::{Fields, kind_of, parse_object};
@@ -37,7 +36,7 @@ use super::request::{GenOptions, LogprobsStyle, gen_options};
 use super::response::timings;
 use super::slot::{Event, Finished, Usage};
 use super::state::{AppState, unix_now};
-use super::stream::ShutSignal;
+use super::stream::{FrameMaker, FrameStream, ShutSignal};
 use crate::chat::ChatMessage;
 use crate::generate::StopReason;
 
@@ -314,10 +313,11 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result
     }
     let state = Answer { head, messages: req.messages, text: String::new(), st: st.clone() };
     if req.opts.stream {
-        let mut s = ResponseStream { rx, shut, frames: VecDeque::new(), ended: false, seq: 0, answer: state, timings_per_token: req.opts.timings_per_token };
-        s.start();
+        let mut frames = ResponseFrames { frames: VecDeque::new(), ended: false, seq: 0, answer: state, timings_per_token: req.opts.timings_per_token };
+        frames.start();
+        let mut s = FrameStream::with(rx, shut, frames);
         s.push(first);
-        return Ok(s.into_response());
+        return Ok(s.into_response_as("text/event-stream"));
     }
     let mut answer = state;
     let mut ev = Some(first);
@@ -356,9 +356,8 @@ impl Answer {
     }
 }
 
-struct ResponseStream {
-    rx: UnboundedReceiver<Event>,
-    shut: ShutSignal,
+/// The Responses API's typed events for a [`FrameStream`].
+struct ResponseFrames {
     frames: VecDeque<Bytes>,
     ended: bool,
     seq: u64,
@@ -366,7 +365,15 @@ struct ResponseStream {
     timings_per_token: bool,
 }
 
-impl ResponseStream {
+impl FrameMaker for ResponseFrames {
+    fn make(&mut self, ev: Event, out: &mut VecDeque<Bytes>) -> bool {
+        self.push(ev);
+        out.append(&mut self.frames);
+        self.ended
+    }
+}
+
+impl ResponseFrames {
     fn event(&mut self, kind: &str, mut data: Json) {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(self.seq);
@@ -425,23 +432,6 @@ impl ResponseStream {
                 self.ended = true;
             }
         }
-    }
-
-    async fn next_frame(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(b) = self.frames.pop_front() {
-                return Some(b);
-            }
-            if self.ended {
-                return None;
-            }
-            let ev = super::stream::next_or_failed(&mut self.shut, &mut self.rx).await;
-            self.push(ev);
-        }
-    }
-
-    fn into_response(self) -> Response {
-        super::stream::sse_response(self, |s| Box::pin(s.next_frame()))
     }
 }
 

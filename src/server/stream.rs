@@ -37,8 +37,8 @@ pub struct StreamOptions {
     pub timings_per_token: bool,
 }
 
-pub struct EventStream {
-    rx: UnboundedReceiver<Event>,
+/// OpenAI's chunks (chat and completions) for a [`FrameStream`].
+pub struct OpenAiFrames {
     tok: Arc<Tokenizer>,
     meta: Meta,
     include_usage: bool,
@@ -51,7 +51,56 @@ pub struct EventStream {
     /// When the request offered tools: holds back `<tool_call>` blocks.
     tools: Option<ToolCallSplitter>,
     ended: bool,
+}
+
+/// A streamed response whose frames a [`FrameMaker`] makes from the generation's events.
+pub type EventStream = FrameStream<OpenAiFrames>;
+
+/// Turns a generation's events into the frames of one API's stream.
+pub trait FrameMaker: Send + 'static {
+    /// Frames for `ev` appended to `out`; true when the stream has ended with it.
+    fn make(&mut self, ev: Event, out: &mut VecDeque<Bytes>) -> bool;
+}
+
+/// A stream of frames: the events of `rx` (until the drain times out: `shut`) through `maker`.
+pub struct FrameStream<M> {
+    rx: UnboundedReceiver<Event>,
     shut: ShutSignal,
+    frames: VecDeque<Bytes>,
+    ended: bool,
+    maker: M,
+}
+
+impl<M: FrameMaker> FrameStream<M> {
+    pub fn with(rx: UnboundedReceiver<Event>, shut: ShutSignal, maker: M) -> FrameStream<M> {
+        FrameStream { rx, shut, frames: VecDeque::new(), ended: false, maker }
+    }
+
+    /// Turns one event into frames (nothing after the end).
+    pub fn push(&mut self, ev: Event) {
+        if !self.ended {
+            self.ended = self.maker.make(ev, &mut self.frames);
+        }
+    }
+
+    async fn next_frame(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(b) = self.frames.pop_front() {
+                return Some(b);
+            }
+            if self.ended {
+                return None;
+            }
+            let ev = next_or_failed(&mut self.shut, &mut self.rx).await;
+            self.push(ev);
+        }
+    }
+
+    /// The response: `content_type` (`text/event-stream`, `application/x-ndjson`), the frames
+    /// as they come.
+    pub fn into_response_as(self, content_type: &'static str) -> Response {
+        stream_response(self, |s| Box::pin(s.next_frame()), content_type)
+    }
 }
 
 /// How a response learns that the server's drain timed out.
@@ -88,11 +137,6 @@ pub async fn next_or_failed(shut: &mut ShutSignal, rx: &mut UnboundedReceiver<Ev
 /// A stream's next frame, boxed (`None`: the stream has ended).
 pub type NextFrame<'a> = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'a>>;
 
-/// A `text/event-stream` response whose frames `next` draws from `state` one at a time.
-pub fn sse_response<S: Send + 'static>(state: S, next: for<'a> fn(&'a mut S) -> NextFrame<'a>) -> Response {
-    stream_response(state, next, "text/event-stream")
-}
-
 /// A streamed response of `content_type` whose pieces `next` draws from `state`.
 pub fn stream_response<S: Send + 'static>(state: S, next: for<'a> fn(&'a mut S) -> NextFrame<'a>, content_type: &'static str) -> Response {
     let body = futures_util::stream::unfold(state, move |mut s| async move {
@@ -111,13 +155,12 @@ fn frame(v: &Json) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
-impl EventStream {
-    /// A stream of `rx`'s events.
+impl FrameStream<OpenAiFrames> {
+    /// A stream of `rx`'s events in OpenAI's chunks.
     pub fn new(rx: UnboundedReceiver<Event>, tok: Arc<Tokenizer>, meta: Meta, opts: StreamOptions, shut: ShutSignal) -> EventStream {
         let StreamOptions { include_usage, prefix, tools, timings_per_token } = opts;
         let tools = tools.then(ToolCallSplitter::default);
-        let mut s = EventStream {
-            rx,
+        let mut m = OpenAiFrames {
             tok,
             meta,
             include_usage,
@@ -127,14 +170,30 @@ impl EventStream {
             offset: 0,
             tools,
             ended: false,
-            shut,
         };
         let prefix = prefix.as_str();
         if !prefix.is_empty() {
-            s.text_frame(prefix, None, None);
+            m.text_frame(prefix, None, None);
         }
+        let mut s = FrameStream::with(rx, shut, m);
+        s.frames.append(&mut s.maker.frames);
         s
     }
+
+    pub fn into_response(self) -> Response {
+        self.into_response_as("text/event-stream")
+    }
+}
+
+impl FrameMaker for OpenAiFrames {
+    fn make(&mut self, ev: Event, out: &mut VecDeque<Bytes>) -> bool {
+        self.push(ev);
+        out.append(&mut self.frames);
+        self.ended
+    }
+}
+
+impl OpenAiFrames {
 
     /// A chunk of text; a chat stream's first chunk, before it, names the role alone.
     fn text_frame(&mut self, text: &str, logprobs: Option<Json>, so_far: Option<&super::slot::Usage>) {
@@ -155,7 +214,7 @@ impl EventStream {
     }
 
     /// Turns one event into frames.
-    pub fn push(&mut self, ev: Event) {
+    fn push(&mut self, ev: Event) {
         match ev {
             Event::Progress(p) => {
                 self.role_frame();
@@ -194,7 +253,12 @@ impl EventStream {
                 self.frames.push_back(Bytes::from_static(b"data: [DONE]\n\n"));
                 self.ended = true;
             }
-            Event::Failed(e) => self.fail(e),
+            Event::Failed(e) => {
+                if matches!(e, ApiError::ShutDown { .. }) {
+                    self.frames.push_back(frame(&self.meta.shutdown_chunk(self.include_usage)));
+                }
+                self.fail(e)
+            }
         }
     }
 
@@ -203,26 +267,4 @@ impl EventStream {
         self.ended = true;
     }
 
-    async fn next_frame(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(b) = self.frames.pop_front() {
-                return Some(b);
-            }
-            if self.ended {
-                return None;
-            }
-            match self.shut.next_event(&mut self.rx).await {
-                Ok(Some(ev)) => self.push(ev),
-                Ok(None) => self.fail(ApiError::Internal("the generation ended without a result".into())),
-                Err(e) => {
-                    self.frames.push_back(frame(&self.meta.shutdown_chunk(self.include_usage)));
-                    self.fail(e);
-                }
-            }
-        }
-    }
-
-    pub fn into_response(self) -> Response {
-        sse_response(self, |s| Box::pin(s.next_frame()))
-    }
 }
