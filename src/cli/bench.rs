@@ -101,7 +101,7 @@ pub fn run(out: &mut Out, model: &Path, a: &BenchArgs) -> Result<(), CliError> {
     }
     let file = Arc::new(GgufFile::open(model)?);
     let size = file.tensors().iter().map(|t| t.n_bytes).sum::<u64>();
-    let params = file.tensors().iter().map(|t| t.n_elements).sum::<u64>();
+    let params = file.n_params();
     // Context as llama-bench sizes it: the depth plus the longer test.
     let needed = a.n_depth + a.n_prompt.max(a.n_gen);
     let mut engine_args = a.engine.clone();

@@ -1,6 +1,5 @@
 //! `minfer info MODEL [--json] [--tensors]`.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::json;
@@ -11,17 +10,6 @@ use crate::models::HParams;
 
 /// Arrays longer than this are cut in `--json` metadata.
 const JSON_ARRAY_ITEMS: usize = 16;
-
-/// Per-type tensor count and byte total.
-fn quant_mix(f: &GgufFile) -> BTreeMap<&'static str, (usize, u64)> {
-    let mut mix = BTreeMap::new();
-    for t in f.tensors() {
-        let e = mix.entry(t.type_name()).or_insert((0usize, 0u64));
-        e.0 += 1;
-        e.1 += t.n_bytes;
-    }
-    mix
-}
 
 fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / (1024.0 * 1024.0))
@@ -60,8 +48,8 @@ pub fn run(out: &mut Out, path: &Path, json: bool, tensors: bool, backend: Optio
     let f = std::sync::Arc::new(GgufFile::open(path)?);
     let loaded = backend.map(|b| load_on(f.clone(), b)).transpose()?;
     let hp = HParams::from_gguf(&f);
-    let mix = quant_mix(&f);
-    let n_params: u64 = f.tensors().iter().map(|t| t.n_elements).sum();
+    let mix = f.type_mix();
+    let n_params = f.n_params();
     if json {
         let mut v = json!({
             "path": path.display().to_string(),

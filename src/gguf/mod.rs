@@ -255,6 +255,22 @@ impl GgufFile {
         &self.tensors
     }
 
+    /// Weights in all (the sum of every tensor's elements).
+    pub fn n_params(&self) -> u64 {
+        self.tensors.iter().map(|t| t.n_elements).sum()
+    }
+
+    /// Per storage type, the count of tensors and their bytes.
+    pub fn type_mix(&self) -> std::collections::BTreeMap<&'static str, (usize, u64)> {
+        let mut mix = std::collections::BTreeMap::new();
+        for t in &self.tensors {
+            let e = mix.entry(t.type_name()).or_insert((0usize, 0u64));
+            e.0 += 1;
+            e.1 += t.n_bytes;
+        }
+        mix
+    }
+
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }

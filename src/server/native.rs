@@ -25,7 +25,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::error::ApiError;
 use super::fields::{Fields, kind_of, parse_object};
-use super::openai::{admit, blocking, body_bytes, check_context, compile, submit_native};
+use super::openai::{admit, blocking, body_bytes, check_context, compile, submit_generation};
 use super::request::{GenOptions, LogprobsStyle, gen_options, token_ids};
 use super::response::timings;
 use super::slot::{Event, Finished};
@@ -366,7 +366,7 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>, infill: b
     })
     .await?;
     for p in &req.prompts {
-        check_context(m, p.ids.len(), req.opts.max_tokens.filter(|_| !req.opts.cap_to_context))?;
+        check_context(m, p.ids.len(), &req.opts)?;
     }
     // One slot per prompt: the first ticket was taken before the body was read.
     let mut tickets = vec![ticket];
@@ -375,16 +375,13 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>, infill: b
     }
     let mut rxs = Vec::with_capacity(req.prompts.len());
     for (p, t) in req.prompts.iter().zip(tickets) {
-        rxs.push(submit_native(&st, m, &p.ids, &p.text, &req.opts, grammar.clone(), t)?);
+        rxs.push(submit_generation(&st, m, &p.ids, &p.text, &req.opts, grammar.clone(), t)?);
     }
     let mut shut = ShutSignal::new(&st.lifecycle, st.cfg.drain_timeout_secs);
     let shape = Shape { m, req: &req };
     if req.opts.stream {
         let mut rx = rxs.pop().ok_or_else(|| ApiError::Internal("no generation was submitted".into()))?;
-        let first = shut.next_event(&mut rx).await?.ok_or_else(|| ApiError::Internal("the generation ended without a result".into()))?;
-        if let Event::Failed(e) = first {
-            return Err(e);
-        }
+        let first = super::stream::first_event(&mut shut, &mut rx).await?;
         let mut s = FrameStream::with(rx, shut, NativeFrames { req: Arc::new(req), st: st.clone() });
         s.push(first);
         return Ok(s.into_response_as("text/event-stream"));

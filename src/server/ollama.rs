@@ -25,7 +25,7 @@ use serde_json::{Map, Value as Json, json};
 
 use super::error::{ApiError, bounded};
 use super::fields::{Fields, kind_of, parse_object};
-use super::openai::{admit, blocking, body_bytes, check_context, compile, render_chat, submit_native};
+use super::openai::{admit, body_bytes, check_context, prepare_prompt, render_chat, submit_generation};
 use super::request::{GenOptions, LogprobsStyle, gen_options};
 use super::slot::{Event, Finished};
 use super::state::{AppState, Loaded};
@@ -70,23 +70,15 @@ fn empty(v: &Json) -> bool {
     }
 }
 
-fn refuse_unknown(body: &Map<String, Json>, known: &[&str]) -> Result<(), ApiError> {
-    match body.iter().find(|(k, v)| !empty(v) && !known.contains(&k.as_str())) {
-        None => Ok(()),
-        Some((k, _)) => {
-            let why = match k.as_str() {
-                "images" => ": images are not supported (the models minfer runs read text)",
-                "tools" => ": tools are not supported on /api/chat yet (use /v1/chat/completions)",
-                "think" => ": thinking settings are not supported",
-                "suffix" => ": use /infill for fill-in-the-middle",
-                "context" => ": send the conversation as messages (/api/chat) instead of a context",
-                "template" => ": the model's chat template (or --chat-template) is used",
-                _ => " (unknown or not implemented field)",
-            };
-            Err(ApiError::Unsupported { field: bounded(&k.escape_debug().to_string()), why })
-        }
-    }
-}
+/// Ollama's fields minfer does not implement, and why.
+const NOT_YET: &[(&str, &str)] = &[
+    ("images", ": images are not supported (the models minfer runs read text)"),
+    ("tools", ": tools are not supported on /api/chat yet (use /v1/chat/completions)"),
+    ("think", ": thinking settings are not supported"),
+    ("suffix", ": use /infill for fill-in-the-middle"),
+    ("context", ": send the conversation as messages (/api/chat) instead of a context"),
+    ("template", ": the model's chat template (or --chat-template) is used"),
+];
 
 /// The sampling options and limits in OpenAI's terms, read by the shared reader.
 fn options(body: &Map<String, Json>, m: &Loaded, st: &AppState) -> Result<GenOptions, ApiError> {
@@ -220,7 +212,7 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>, kind: Kin
     let started = std::time::Instant::now();
     let (m, ticket) = admit(&st)?;
     let obj = parse_object(&body_bytes(body)?)?;
-    refuse_unknown(&obj, if kind == Kind::Chat { CHAT_FIELDS } else { GENERATE_FIELDS })?;
+    super::request::refuse_unknown_in(&obj, &[if kind == Kind::Chat { CHAT_FIELDS } else { GENERATE_FIELDS }], NOT_YET, empty)?;
     let f = Fields::new(&obj);
     let model = f.str("model")?.ok_or_else(|| ApiError::param("model", "is required"))?.to_string();
     let opts = options(&obj, m, &st)?;
@@ -240,29 +232,19 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>, kind: Kin
             }
         }
     };
-    let st2 = st.clone();
-    let structured = opts.structured.clone();
-    let (ids, text, grammar) = blocking(move || {
-        let grammar = compile(&st2, structured.as_ref())?;
-        let m = st2.model()?;
-        let text = match raw {
-            Some(t) => t,
-            None => render_chat(m, &msgs, None, Map::new(), false)?,
-        };
-        Ok((m.tok.encode_prompt(&text, true), text, grammar))
+    let (ids, text, grammar) = prepare_prompt(&st, opts.structured.clone(), move |m| match raw {
+        Some(t) => Ok(t),
+        None => render_chat(m, &msgs, None, Map::new(), false),
     })
     .await?;
     if ids.is_empty() {
         return Err(ApiError::param("prompt", "must not be empty"));
     }
-    check_context(m, ids.len(), opts.max_tokens.filter(|_| !opts.cap_to_context))?;
-    let mut rx = submit_native(&st, m, &ids, &text, &opts, grammar, ticket)?;
+    check_context(m, ids.len(), &opts)?;
+    let mut rx = submit_generation(&st, m, &ids, &text, &opts, grammar, ticket)?;
     let answer = Answer { kind, model, started };
     let mut shut = ShutSignal::new(&st.lifecycle, st.cfg.drain_timeout_secs);
-    let first = super::stream::next_or_failed(&mut shut, &mut rx).await;
-    if let Event::Failed(e) = first {
-        return Err(e);
-    }
+    let first = super::stream::first_event(&mut shut, &mut rx).await?;
     if opts.stream {
         let mut s = FrameStream::with(rx, shut, NdFrames { answer });
         s.push(first);
@@ -350,7 +332,7 @@ pub async fn show(State(st): State<Arc<AppState>>, body: Result<Bytes, BytesReje
         let obj = parse_object(&body_bytes(body)?)?;
         let f = Fields::new(&obj);
         let name = f.str("model")?.or(f.str("name")?).ok_or_else(|| ApiError::param("model", "is required"))?;
-        if name != m.model_id && !m.aliases.iter().any(|a| a == name) {
+        if !m.answers_to(name) {
             return Err(ApiError::NotFound { method: "POST".into(), path: format!("/api/show (model '{}')", bounded(name)) });
         }
         Ok(json!({

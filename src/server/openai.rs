@@ -74,17 +74,30 @@ pub async fn chat_completions(State(st): State<Arc<AppState>>, body: Result<Byte
         let (m, ticket) = admit(&st)?;
         let req = chat_request(&parse_object(&body_bytes(body)?)?, m.n_vocab, &st.cfg.defaults)?;
         let tools = req.tools.is_some();
-        let (st2, structured) = (st.clone(), req.opts.structured.clone());
-        let (ids, text, grammar) = blocking(move || {
-            let grammar = compile(&st2, structured.as_ref())?;
-            let m = st2.model()?;
-            let text = render_chat(m, &req.messages, req.tools, req.template_kwargs, req.continue_final)?;
-            Ok((m.tok.encode_prompt(&text, true), text, grammar))
-        })
-        .await?;
+        let structured = req.opts.structured.clone();
+        let (messages, tools_json, kwargs, continue_final) = (req.messages, req.tools, req.template_kwargs, req.continue_final);
+        let (ids, text, grammar) =
+            prepare_prompt(&st, structured, move |m| render_chat(m, &messages, tools_json, kwargs, continue_final)).await?;
         generate(&st, m, ticket, Prepared { ids, text, echo: false, tools, opts: req.opts, grammar }, Api::Chat).await
     };
     r.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A prompt made off the runtime: its text (`text`: a template render, say), its tokens
+/// (special tokens parsed, as llama-server does), and the request's constraint compiled.
+pub async fn prepare_prompt(
+    st: &Arc<AppState>,
+    structured: Option<super::structured::Structured>,
+    text: impl FnOnce(&Loaded) -> Result<String, ApiError> + Send + 'static,
+) -> Result<(Vec<u32>, String, Option<Grammar>), ApiError> {
+    let st = st.clone();
+    blocking(move || {
+        let grammar = compile(&st, structured.as_ref())?;
+        let m = st.model()?;
+        let text = text(m)?;
+        Ok((m.tok.encode_prompt(&text, true), text, grammar))
+    })
+    .await
 }
 
 /// The chat prompt as text (blocking). With `continue_final`, the last (assistant) message is
@@ -157,11 +170,11 @@ fn submit(st: &AppState, m: &Loaded, p: &Prepared, choice: usize, ticket: Ticket
     if choice > 0 {
         opts.id_slot = None;
     }
-    submit_native(st, m, &p.ids, &p.text, &opts, p.grammar.clone(), ticket)
+    submit_generation(st, m, &p.ids, &p.text, &opts, p.grammar.clone(), ticket)
 }
 
 /// Sends a generation of `ids` (the prompt, `text` its text) to the inference thread.
-pub fn submit_native(st: &AppState, m: &Loaded, ids: &[u32], text: &str, opts: &GenOptions, grammar: Option<Grammar>, ticket: Ticket) -> Result<UnboundedReceiver<Event>, ApiError> {
+pub fn submit_generation(st: &AppState, m: &Loaded, ids: &[u32], text: &str, opts: &GenOptions, grammar: Option<Grammar>, ticket: Ticket) -> Result<UnboundedReceiver<Event>, ApiError> {
     if let Some(i) = opts.id_slot.filter(|&i| i >= st.cfg.slots) {
         return Err(ApiError::param("id_slot", format!("slot {i} does not exist: the server has {} slots (0 to {})", st.cfg.slots, st.cfg.slots - 1)));
     }
@@ -194,8 +207,11 @@ pub fn submit_native(st: &AppState, m: &Loaded, ids: &[u32], text: &str, opts: &
     Ok(rx)
 }
 
-/// The context checks every generation request passes before it reaches a slot.
-pub fn check_context(m: &Loaded, n_prompt: usize, max_tokens: Option<usize>) -> Result<(), ApiError> {
+/// The context checks every generation request passes before it reaches a slot: the prompt
+/// must fit, and so must the completion when `opts` promises its length (OpenAI's
+/// `max_tokens`; a cap such as `n_predict` ends at the context instead).
+pub fn check_context(m: &Loaded, n_prompt: usize, opts: &GenOptions) -> Result<(), ApiError> {
+    let max_tokens = opts.max_tokens.filter(|_| !opts.cap_to_context);
     if n_prompt > m.n_ctx_slot {
         return Err(ApiError::ExceedContext { n_prompt_tokens: n_prompt, n_ctx: m.n_ctx_slot });
     }
@@ -244,7 +260,7 @@ async fn collect(m: &Loaded, p: &Prepared, api: Api, shut: &mut ShutSignal, rx: 
 }
 
 async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: Api) -> Result<Response, ApiError> {
-    check_context(m, p.ids.len(), p.opts.max_tokens.filter(|_| !p.opts.cap_to_context))?;
+    check_context(m, p.ids.len(), &p.opts)?;
     let n = p.opts.n;
     if n > 1 && p.opts.stream {
         return Err(ApiError::param("n", "must be 1 when streaming: several choices are returned whole (stream: false)"));
@@ -262,11 +278,7 @@ async fn generate(st: &AppState, m: &Loaded, ticket: Ticket, p: Prepared, api: A
     let mut shut = ShutSignal::new(&st.lifecycle, st.cfg.drain_timeout_secs);
     if p.opts.stream {
         let mut rx = rxs.pop().ok_or_else(|| ApiError::Internal("no generation was submitted".into()))?;
-        // Nothing is sent before the first event: an error in prefill is a plain response.
-        let first = shut.next_event(&mut rx).await?.ok_or_else(|| ApiError::Internal("the generation ended without a result".into()))?;
-        if let Event::Failed(e) = first {
-            return Err(e);
-        }
+        let first = super::stream::first_event(&mut shut, &mut rx).await?;
         let prefix = if p.echo { p.text.clone() } else { String::new() };
         let opts = StreamOptions { include_usage: p.opts.include_usage, prefix, tools: p.tools, timings_per_token: p.opts.timings_per_token };
         let mut s = EventStream::new(rx, m.tok.clone(), meta, opts, shut);

@@ -45,10 +45,16 @@ const NOT_YET: &[(&str, &str)] = &[
 
 /// The first field of `body` that is neither in `known` sets nor null, as a 400.
 pub(crate) fn refuse_unknown(body: &Map<String, Json>, known: &[&[&str]]) -> Result<(), ApiError> {
-    let Some(field) = body.iter().find(|(k, v)| !v.is_null() && !known.iter().any(|set| set.contains(&k.as_str()))).map(|(k, _)| k) else {
+    refuse_unknown_in(body, known, NOT_YET, Json::is_null)
+}
+
+/// The first field of `body` that is in none of the `known` sets and not `absent`, as a 400
+/// that says why when `not_yet` names the field. Every API's reader refuses through it.
+pub(crate) fn refuse_unknown_in(body: &Map<String, Json>, known: &[&[&str]], not_yet: &[(&str, &'static str)], absent: fn(&Json) -> bool) -> Result<(), ApiError> {
+    let Some(field) = body.iter().find(|(k, v)| !absent(v) && !known.iter().any(|set| set.contains(&k.as_str()))).map(|(k, _)| k) else {
         return Ok(());
     };
-    let why = NOT_YET.iter().find(|(name, _)| name == field).map_or(" (unknown or not implemented field)", |(_, why)| why);
+    let why = not_yet.iter().find(|(name, _)| name == field).map_or(" (unknown or not implemented field)", |(_, why)| why);
     // Escaped: a client's field name may hold a newline, and errors are one line.
     Err(ApiError::Unsupported { field: super::error::bounded(&field.escape_debug().to_string()), why })
 }

@@ -39,11 +39,15 @@ fn piece(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
 
 /// A new response id: `chatcmpl-…` or `cmpl-…`, unique within the process.
 pub fn new_id(api: Api) -> String {
+    unique_id(if api == Api::Chat { "chatcmpl-" } else { "cmpl-" })
+}
+
+/// `prefix` and a suffix unique within the process (the time in ns and a counter, in hex).
+pub fn unique_id(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let prefix = if api == Api::Chat { "chatcmpl" } else { "cmpl" };
-    format!("{prefix}-{:x}{:04x}", nanos, N.fetch_add(1, Ordering::Relaxed) & 0xffff)
+    format!("{prefix}{:x}{:04x}", nanos, N.fetch_add(1, Ordering::Relaxed) & 0xffff)
 }
 
 /// Log-probabilities of the generated tokens, in the endpoint's convention.

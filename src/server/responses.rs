@@ -31,9 +31,9 @@ use serde_json::{Map, Value as Json, json};
 
 use super::error::{ApiError, bounded};
 use super::fields::{Fields, kind_of, parse_object};
-use super::openai::{admit, blocking, body_bytes, check_context, compile, render_chat, submit_native};
+use super::openai::{admit, body_bytes, check_context, prepare_prompt, render_chat, submit_generation};
 use super::request::{GenOptions, LogprobsStyle, gen_options};
-use super::response::timings;
+use super::response::{timings, unique_id};
 use super::slot::{Event, Finished, Usage};
 use super::state::{AppState, unix_now};
 use super::stream::{FrameMaker, FrameStream, ShutSignal};
@@ -79,6 +79,15 @@ const FIELDS: &[&str] = &[
     "previous_response_id", "text", "store", "metadata", "user", "truncation", "stop", "repeat_penalty",
     "presence_penalty", "frequency_penalty", "timings_per_token", "cache_prompt", "return_progress",
 ];
+
+/// Fields of OpenAI's Responses API minfer does not implement yet, and why.
+const NOT_YET: &[(&str, &str)] = &[
+    ("tools", TOOLS_NOT_YET),
+    ("tool_choice", TOOLS_NOT_YET),
+    ("parallel_tool_calls", TOOLS_NOT_YET),
+    ("reasoning", ": reasoning settings are not supported"),
+];
+const TOOLS_NOT_YET: &str = ": tools are not supported on /v1/responses yet (use /v1/chat/completions)";
 
 struct ResponsesRequest {
     /// The whole conversation (the previous response's, then this request's input).
@@ -164,14 +173,7 @@ fn text_format(body: &Map<String, Json>) -> Result<Option<super::structured::Str
 }
 
 fn responses_request(body: &Map<String, Json>, st: &AppState, n_vocab: usize) -> Result<ResponsesRequest, ApiError> {
-    if let Some(k) = body.iter().find(|(k, v)| !v.is_null() && !FIELDS.contains(&k.as_str())).map(|(k, _)| k) {
-        let why = match k.as_str() {
-            "tools" | "tool_choice" | "parallel_tool_calls" => ": tools are not supported on /v1/responses yet (use /v1/chat/completions)",
-            "reasoning" => ": reasoning settings are not supported",
-            _ => " (unknown or not implemented field)",
-        };
-        return Err(ApiError::Unsupported { field: bounded(&k.escape_debug().to_string()), why });
-    }
+    super::request::refuse_unknown_in(body, &[FIELDS], NOT_YET, Json::is_null)?;
     let f = Fields::new(body);
     let instructions = f.str("instructions")?.map(str::to_string);
     let previous = f.str("previous_response_id")?.map(str::to_string);
@@ -191,14 +193,6 @@ fn responses_request(body: &Map<String, Json>, st: &AppState, n_vocab: usize) ->
     let mut opts = gen_options(&Fields::new(&b), LogprobsStyle::Chat, n_vocab, &st.cfg.defaults)?;
     opts.structured = text_format(body)?;
     Ok(ResponsesRequest { messages, instructions, previous, opts })
-}
-
-/// Random-looking ids (`resp_…`, `msg_…`), unique within the process.
-fn new_id(prefix: &str) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("{prefix}_{nanos:x}{:04x}", N.fetch_add(1, Ordering::Relaxed) & 0xffff)
 }
 
 /// What the response objects of one request repeat.
@@ -279,25 +273,21 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result
     let (m, ticket) = admit(&st)?;
     let obj = parse_object(&body_bytes(body)?)?;
     let req = responses_request(&obj, &st, m.n_vocab)?;
-    let st2 = st.clone();
     let (messages, instructions, structured) = (req.messages.clone(), req.instructions.clone(), req.opts.structured.clone());
-    let (ids, text, grammar) = blocking(move || {
-        let grammar = compile(&st2, structured.as_ref())?;
-        let m = st2.model()?;
+    let (ids, text, grammar) = prepare_prompt(&st, structured, move |m| {
         let mut all = Vec::with_capacity(messages.len() + 1);
         if let Some(i) = instructions {
             all.push(ChatMessage::system(i));
         }
         all.extend(messages);
-        let text = render_chat(m, &all, None, Map::new(), false)?;
-        Ok((m.tok.encode_prompt(&text, true), text, grammar))
+        render_chat(m, &all, None, Map::new(), false)
     })
     .await?;
-    check_context(m, ids.len(), req.opts.max_tokens.filter(|_| !req.opts.cap_to_context))?;
-    let mut rx = submit_native(&st, m, &ids, &text, &req.opts, grammar, ticket)?;
+    check_context(m, ids.len(), &req.opts)?;
+    let mut rx = submit_generation(&st, m, &ids, &text, &req.opts, grammar, ticket)?;
     let head = Head {
-        id: new_id("resp"),
-        msg_id: new_id("msg"),
+        id: unique_id("resp_"),
+        msg_id: unique_id("msg_"),
         created: unix_now(),
         model: m.model_id.clone(),
         instructions: req.instructions.clone(),
@@ -307,10 +297,7 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result
         top_p: req.opts.sampler.top_p,
     };
     let mut shut = ShutSignal::new(&st.lifecycle, st.cfg.drain_timeout_secs);
-    let first = shut.next_event(&mut rx).await?.ok_or_else(|| ApiError::Internal("the generation ended without a result".into()))?;
-    if let Event::Failed(e) = first {
-        return Err(e);
-    }
+    let first = super::stream::first_event(&mut shut, &mut rx).await?;
     let state = Answer { head, messages: req.messages, text: String::new(), st: st.clone() };
     if req.opts.stream {
         let mut frames = ResponseFrames { frames: VecDeque::new(), ended: false, seq: 0, answer: state, timings_per_token: req.opts.timings_per_token };

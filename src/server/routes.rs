@@ -229,7 +229,7 @@ async fn models(State(st): State<Arc<AppState>>) -> Result<AxJson<Json>, ApiErro
 
 async fn model(State(st): State<Arc<AppState>>, Path(id): Path<String>) -> Result<AxJson<Json>, ApiError> {
     let m = model_object(&st)?;
-    if m["id"] != id.as_str() && !st.model()?.aliases.contains(&id) {
+    if !st.model()?.answers_to(&id) {
         return Err(ApiError::NotFound { method: "GET".into(), path: bounded(&format!("/v1/models/{id}")) });
     }
     Ok(AxJson(m))

@@ -134,15 +134,11 @@ pub struct ModelFacts {
 
 impl ModelFacts {
     fn of(f: &GgufFile) -> ModelFacts {
-        let mut bytes: std::collections::BTreeMap<String, u64> = Default::default();
-        for t in f.tensors() {
-            *bytes.entry(t.type_name().to_string()).or_default() += t.n_bytes;
-        }
         ModelFacts {
             arch: f.opt_str("general.architecture").ok().flatten().unwrap_or("").to_string(),
-            n_params: f.tensors().iter().map(|t| t.n_elements).sum(),
+            n_params: f.n_params(),
             file_size: f.file_size(),
-            quantization: bytes.into_iter().max_by_key(|(_, b)| *b).map(|(t, _)| t).unwrap_or_default(),
+            quantization: f.type_mix().into_iter().max_by_key(|(_, (_, bytes))| *bytes).map(|(t, _)| t.to_string()).unwrap_or_default(),
         }
     }
 }
@@ -294,6 +290,11 @@ impl AppState {
 }
 
 impl Loaded {
+    /// Whether `name` is this model's id or one of its `--alias` names.
+    pub fn answers_to(&self, name: &str) -> bool {
+        self.model_id == name || self.aliases.iter().any(|a| a == name)
+    }
+
     /// The token trie for structured output (built on first use; blocking: call off the
     /// runtime).
     pub fn grammar_vocab(&self) -> Result<Arc<GrammarVocab>, ApiError> {

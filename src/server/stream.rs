@@ -134,6 +134,15 @@ pub async fn next_or_failed(shut: &mut ShutSignal, rx: &mut UnboundedReceiver<Ev
     }
 }
 
+/// A generation's first event, or its failure as an error: nothing has been sent yet, so a
+/// failure in prefill is a plain error response rather than a stream.
+pub async fn first_event(shut: &mut ShutSignal, rx: &mut UnboundedReceiver<Event>) -> Result<Event, ApiError> {
+    match next_or_failed(shut, rx).await {
+        Event::Failed(e) => Err(e),
+        ev => Ok(ev),
+    }
+}
+
 /// A stream's next frame, boxed (`None`: the stream has ended).
 pub type NextFrame<'a> = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'a>>;
 
