@@ -1351,6 +1351,7 @@ fn check_model_graphs(cases: &[Case]) -> Result<Option<String>, String> {
                 let p = GraphParams {
                     n_tokens,
                     n_out: 1,
+                    output: Default::default(),
                     gtype: GraphType::for_tokens(n_tokens),
                     cparams: CParams { n_ctx: 64, n_seq: 1, gpu: false, kv_type },
                     weights_version: 1,

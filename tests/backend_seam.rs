@@ -471,7 +471,7 @@ fn a_weight_not_offered_to_the_test_backend_is_an_error() {
     let (model, prompt) = load(common::QWEN3_TINY);
     let shared = EngineShared::new(&model, 2).unwrap();
     let (mut alloc, counters) = test_backend::allocator::<Everything>(DEVICE, shared.pool.clone(), KernelIsa::Detected).unwrap();
-    let p = GraphParams { n_tokens: 1, n_out: 1, gtype: GraphType::for_tokens(1), cparams: CParams { n_ctx: N_CTX, n_seq: 1, gpu: false, kv_type: Default::default() }, weights_version: 1 };
+    let p = GraphParams { n_tokens: 1, n_out: 1, output: Default::default(), gtype: GraphType::for_tokens(1), cparams: CParams { n_ctx: N_CTX, n_seq: 1, gpu: false, kv_type: Default::default() }, weights_version: 1 };
     let mut graph = model.def.build_graph(&p).unwrap();
     let sched = BackendScheduler::with_trace(false);
     sched.assign_backends(&mut graph, &alloc);

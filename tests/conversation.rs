@@ -168,6 +168,7 @@ fn gemma3_kv_shift_rotates_each_layer_with_its_base() {
     let p = minfer::graph::GraphParams {
         n_tokens: 1,
         n_out: 1,
+        output: Default::default(),
         gtype: minfer::graph::GraphType::for_tokens(1),
         cparams: minfer::graph::CParams { n_ctx: 64, n_seq: 1, gpu: false, kv_type: KvType::F32 },
         weights_version: 1,

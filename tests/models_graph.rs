@@ -13,6 +13,7 @@ fn params(nt: usize, n_out: usize) -> GraphParams {
     GraphParams {
         n_tokens: nt,
         n_out,
+        output: Default::default(),
         gtype: GraphType::for_tokens(nt),
         cparams: CParams { n_ctx: 4096, n_seq: 1, gpu: false, kv_type: Default::default() },
         weights_version: 1,

@@ -42,6 +42,7 @@ fn config(api_key: Option<&str>) -> ServeConfig {
         metrics_endpoint: true,
         slots_endpoint: true,
         ui: true,
+        pooling: None,
     }
 }
 

@@ -7,7 +7,7 @@ use clap::Args;
 use super::CliError;
 use super::draft_args::DraftArgs;
 use super::engine_args::kv_type_arg;
-use crate::generate::default_threads;
+use crate::generate::{Pooling, default_threads};
 use crate::server::state::{DEFAULT_DRAIN_TIMEOUT_SECS, DEFAULT_IDLE_TIMEOUT_SECS, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT_SECS};
 use crate::server::state::RequestDefaults;
 use crate::server::{ServeConfig, serve};
@@ -122,8 +122,16 @@ pub struct ServeArgs {
     /// Answer GET /slots with 501 (llama-server's --no-slots) instead of the slots' state.
     #[arg(long = "no-slots-endpoint")]
     pub no_slots_endpoint: bool,
+    /// How embeddings pool the final hidden states: none, mean, cls or last (llama-server's
+    /// --pooling). Default: the model's `pooling_type`, else last.
+    #[arg(long, value_parser = parse_pooling)]
+    pub pooling: Option<Pooling>,
     #[command(flatten)]
     pub draft: DraftArgs,
+}
+
+fn parse_pooling(s: &str) -> Result<Pooling, String> {
+    s.parse().map_err(|e: crate::generate::EmbedError| e.to_string())
 }
 
 fn parse_temp(s: &str) -> Result<f32, String> {
@@ -193,6 +201,7 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         metrics_endpoint: !a.no_metrics,
         slots_endpoint: !a.no_slots_endpoint,
         ui: !a.no_ui,
+        pooling: a.pooling,
     };
     Ok(serve(cfg)?)
 }

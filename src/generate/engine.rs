@@ -13,7 +13,7 @@ use super::trace::TraceRecorder;
 use crate::backends;
 use crate::graph::{
     ArenaNeed, Backend, BackendConfig, BackendScheduler, CParams, ComputeGraph, FusionPass, GraphAllocator, GraphCache, GraphError, GraphParams,
-    GraphType, KvType, MemoryStats, Prepared, WeightId, WeightStore,
+    GraphOutput, GraphType, KvType, MemoryStats, Prepared, WeightId, WeightStore,
 };
 use crate::models::Model;
 use crate::workers::{Pool, PoolError};
@@ -438,9 +438,15 @@ impl Engine {
 
     /// The graph for `n_tokens` new tokens producing `n_out` logit rows (for dumps).
     pub fn graph_params(&self, n_tokens: usize, n_out: usize) -> GraphParams {
+        self.graph_params_for(n_tokens, n_out, GraphOutput::Logits)
+    }
+
+    /// Like [`Engine::graph_params`], yielding `output`.
+    fn graph_params_for(&self, n_tokens: usize, n_out: usize, output: GraphOutput) -> GraphParams {
         GraphParams {
             n_tokens,
             n_out,
+            output,
             gtype: GraphType::for_tokens(n_tokens),
             cparams: self.cparams,
             weights_version: 1,
@@ -475,7 +481,28 @@ impl Engine {
             return Err(EngineError::BadOutputRows { n_out, n_tokens: nt });
         }
         let tail: Vec<i32> = ((nt - n_out)..nt).map(|i| i as i32).collect();
-        self.run_pass(&[SeqChunk { seq: 0, tokens }], tail)
+        self.run_pass(&[SeqChunk { seq: 0, tokens }], tail, GraphOutput::Logits)
+    }
+
+    /// Evaluates `chunk` (its tokens at its sequence's next positions) and returns the final
+    /// hidden states, after the output norm, of the chunk's tokens `rows`, `[rows.len()][n_embd]`:
+    /// what embeddings pool. The tokens stay in the sequence's KV like any other evaluation's
+    /// (the same bits).
+    pub fn eval_hidden(&mut self, chunk: SeqChunk<'_>, rows: std::ops::Range<usize>) -> Result<Vec<f32>, EngineError> {
+        let nt = chunk.tokens.len();
+        if nt == 0 {
+            return Err(EngineError::NoTokens);
+        }
+        if rows.is_empty() || rows.end > nt {
+            return Err(EngineError::BadOutputRows { n_out: rows.len(), n_tokens: nt });
+        }
+        let tail = rows.map(|r| r as i32).collect();
+        self.run_pass(&[chunk], tail, GraphOutput::Hidden)
+    }
+
+    /// Width of a hidden state row ([`Engine::eval_hidden`]).
+    pub fn n_embd(&self) -> usize {
+        self.model.hparams().n_embd as usize
     }
 
     /// One forward pass over chunks of several sequences (each at most once): every chunk's
@@ -496,12 +523,12 @@ impl Engine {
         if chunks.is_empty() {
             return Err(EngineError::NoTokens);
         }
-        self.run_pass(chunks, tail)
+        self.run_pass(chunks, tail, GraphOutput::Logits)
     }
 
     /// Checks the chunks against their sequences, then evaluates them with logit rows `tail`
     /// (indices into the concatenated tokens).
-    fn run_pass(&mut self, chunks: &[SeqChunk<'_>], tail: Vec<i32>) -> Result<Vec<f32>, EngineError> {
+    fn run_pass(&mut self, chunks: &[SeqChunk<'_>], tail: Vec<i32>, output: GraphOutput) -> Result<Vec<f32>, EngineError> {
         let n_seq = self.seqs.len();
         let n_vocab = self.n_vocab();
         let mut seen = vec![false; n_seq];
@@ -525,7 +552,7 @@ impl Engine {
             cells.extend((base + n_past..base + n_past + c.tokens.len()).map(|p| p as i32));
         }
         let (nt, n_out) = (ids.len(), tail.len());
-        let params = self.graph_params(nt, n_out);
+        let params = self.graph_params_for(nt, n_out, output);
         let model = &self.model;
         let prepared = self.cache.prepare(&params, &self.sched, |p| model.def.build_graph(p))?;
         self.last = Some(EvalInfo { prepared });
@@ -539,9 +566,10 @@ impl Engine {
             alloc.fill_input_i32(graph, "tail_ids", &tail)?;
         }
         let out = *graph.outputs.first().ok_or(GraphError::NoGraph)?;
-        // Dumps and traces follow one sequence's positions: a pass of one chunk only.
+        // Dumps and traces follow one sequence's positions and its logits: a logits pass of one
+        // chunk only.
         let single = match chunks {
-            [c] => Some((self.seqs[c.seq].tokens.len(), c.tokens)),
+            [c] if output == GraphOutput::Logits => Some((self.seqs[c.seq].tokens.len(), c.tokens)),
             _ => None,
         };
         let dump = self.dump.as_ref().zip(single).filter(|(d, (n_past, _))| (*n_past..n_past + nt).contains(&d.pos)).map(|(d, _)| d);

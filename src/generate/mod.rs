@@ -3,6 +3,7 @@
 mod constraint;
 mod conversation;
 pub mod durable;
+mod embed;
 mod engine;
 mod logprobs;
 mod rng;
@@ -16,6 +17,7 @@ pub mod trace;
 pub use constraint::{Constraint, ConstraintError};
 pub use conversation::{Conversation, ConversationError, ConversationParams, Turn, TurnStats};
 pub use durable::{AtomicFile, AtomicWrite, DurableError, write_atomic};
+pub use embed::{EmbedError, Pooling, embed, normalize};
 pub use engine::kv::KvSnapshot;
 pub use engine::{DEFAULT_UBATCH, RESERVED_OUTPUTS, Engine, EngineError, EngineParams, EngineShared, EvalInfo, NodeDump, SeqChunk, default_threads, trace_from_env};
 pub use rng::SampleRng;

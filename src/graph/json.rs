@@ -76,7 +76,7 @@ fn node_json(node: &CNode, live: bool) -> Value {
 
 fn params_json(p: &GraphParams) -> Value {
     json!({
-        "n_tokens": p.n_tokens, "n_out": p.n_out,
+        "n_tokens": p.n_tokens, "n_out": p.n_out, "output": p.output.name(),
         "n_ctx": p.cparams.n_ctx, "gpu": p.cparams.gpu, "kv_type": p.cparams.kv_type.name(),
         "weights_version": p.weights_version,
     })

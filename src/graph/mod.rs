@@ -52,7 +52,7 @@ pub use ops::{
     OpKind, OpTraits, RoPEMeta, RopeStyle,
 };
 pub use crate::tensor::{DType, KvType, KvTypeError};
-pub use params::{CParams, GraphParams, GraphType};
+pub use params::{CParams, GraphOutput, GraphParams, GraphType};
 pub use planner::{Layout, OffsetPlanner, Slot};
 pub use registry::{Backend, BackendConfig, BackendEntry, BackendFence, BackendRegistry, Capabilities, DeviceInfo, Unavailable};
 pub use scheduler::{BackendScheduler, NodeObserver, Split, split_graph};

@@ -24,6 +24,26 @@ impl GraphType {
     }
 }
 
+/// What a forward pass yields from its output rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum GraphOutput {
+    /// `[n_vocab, n_out]`: the lm_head's logits.
+    #[default]
+    Logits,
+    /// `[n_embd, n_out]`: the final hidden states after the output norm (llama.cpp's
+    /// `t_embd`), what embeddings pool. The lm_head is not built.
+    Hidden,
+}
+
+impl GraphOutput {
+    pub const fn name(self) -> &'static str {
+        match self {
+            GraphOutput::Logits => "logits",
+            GraphOutput::Hidden => "hidden",
+        }
+    }
+}
+
 /// Context parameters that change the graph. Every field is part of the reuse identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CParams {
@@ -48,6 +68,8 @@ pub struct GraphParams {
     pub n_tokens: usize,
     /// Rows whose logits are produced (tail rows): topology, not just execution.
     pub n_out: usize,
+    /// Logits or hidden states: topology (the lm_head is absent from a hidden-state graph).
+    pub output: GraphOutput,
     pub gtype: GraphType,
     pub cparams: CParams,
     /// Reserved for weight reload / adapter switches: bumping it breaks reuse. Constant 1 today.

@@ -2,6 +2,8 @@
 //! ([`crate::viz`]), share: their async runtime, binding the listener, the shutdown signal, and
 //! the text of a caught panic. Below both: it knows neither a model nor a route.
 
+pub mod base64;
+
 use std::net::SocketAddr;
 
 use tokio::net::TcpListener;

@@ -4,7 +4,7 @@
 
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::graph::{
-    AttnMeta, ComputeGraph, KvcacheMeta, DType, GraphBuilder, GraphError, GraphParams, KvType, NodeId, RoPEMeta,
+    AttnMeta, ComputeGraph, DType, GraphBuilder, GraphError, GraphOutput, GraphParams, KvType, KvcacheMeta, NodeId, RoPEMeta,
 };
 
 use super::{HParams, ModelError};
@@ -61,6 +61,26 @@ impl Head {
         let tok_embd = tensor(f, "token_embd.weight")?;
         let output = opt_tensor(f, "output.weight").unwrap_or_else(|| tok_embd.clone());
         Ok(Head { output_norm: tensor(f, "output_norm.weight")?, tok_embd, output })
+    }
+}
+
+impl Head {
+    /// The tail of a forward pass from the last layer's output `h` (`[n_embd, n_out]`): the
+    /// final norm, then the lm_head's logits (`[n_vocab, n_out]`) or, for embeddings, the
+    /// normed hidden states themselves.
+    pub fn finish(&self, b: &mut GraphBuilder, h: NodeId, eps: f32, output: GraphOutput) -> Result<NodeId, GraphError> {
+        let normed = b.rms_norm(h, Some(&self.output_norm), eps)?; // [n_embd, n_out]
+        b.rename(normed, "result_norm")?;
+        let out = match output {
+            GraphOutput::Logits => {
+                let logits = b.matmul(normed, &self.output, None)?; // [n_vocab, n_out]
+                b.rename(logits, "result_output")?;
+                logits
+            }
+            GraphOutput::Hidden => normed,
+        };
+        b.output(out)?;
+        Ok(out)
     }
 }
 
@@ -213,10 +233,6 @@ pub fn build_decoder(
         b.rename(h, "l_out")?;
     }
     b.set_layer(None);
-    let normed = b.rms_norm(h, Some(&head.output_norm), eps)?;
-    b.rename(normed, "result_norm")?;
-    let logits = b.matmul(normed, &head.output, None)?; // [n_vocab, n_out]
-    b.rename(logits, "result_output")?;
-    b.output(logits)?;
+    head.finish(&mut b, h, eps, p.output)?;
     Ok(b.build())
 }

@@ -20,6 +20,7 @@
 
 pub mod admission;
 pub mod cors;
+pub mod embeddings;
 pub mod error;
 pub mod fields;
 pub mod introspect;

@@ -59,6 +59,11 @@ const OPTIONS: &[(&str, &str)] = &[
     ("frequency_penalty", "frequency_penalty"),
 ];
 
+/// Is `name` one of the `options` minfer reads?
+pub fn is_option(name: &str) -> bool {
+    OPTIONS.iter().any(|(o, _)| *o == name)
+}
+
 /// What the official client sends for a field it was not given: null, `[]`, `""`.
 fn empty(v: &Json) -> bool {
     match v {
@@ -254,7 +259,8 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>, kind: Kin
     let mut ev = first;
     loop {
         match ev {
-            Event::Progress(_) => {}
+            // Generations get no embedding answers.
+            Event::Progress(_) | Event::Embedded(_) => {}
             Event::Token(t) => text.push_str(&t.text),
             Event::Done(f) => return Ok(AxJson(answer.piece(&text, Some(&f))).into_response()),
             Event::Failed(e) => return Err(e),
@@ -271,7 +277,7 @@ struct NdFrames {
 impl FrameMaker for NdFrames {
     fn make(&mut self, ev: Event, out: &mut VecDeque<Bytes>) -> bool {
         let (v, ended) = match ev {
-            Event::Progress(_) => return false,
+            Event::Progress(_) | Event::Embedded(_) => return false,
             Event::Token(t) if t.text.is_empty() => return false,
             Event::Token(t) => (self.answer.piece(&t.text, None), false),
             Event::Done(f) => (self.answer.piece("", Some(&f)), true),

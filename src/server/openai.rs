@@ -24,7 +24,7 @@ use super::error::{ApiError, bounded_to};
 use super::fields::parse_object;
 use super::request::{GenOptions, Prompt, chat_request, completion_request};
 use super::response::{Api, Logprobs, Meta, new_id};
-use super::slot::{Event, Job};
+use super::slot::{Event, Job, Work};
 use super::state::{AppState, Loaded, unix_now};
 use super::stream::{EventStream, ShutSignal, StreamOptions};
 use super::tools::ToolCallSplitter;
@@ -194,7 +194,7 @@ pub fn submit_generation(st: &AppState, m: &Loaded, ids: &[u32], text: &str, opt
     let inject_panic = st.cfg.inject_panic.as_deref().is_some_and(|s| text.contains(s));
     m.inference.submit(Job {
         prompt: ids.to_vec(),
-        params,
+        work: Work::Generate(Box::new(params)),
         events: tx,
         deadline,
         timeout_secs: timeout,
@@ -236,7 +236,8 @@ async fn collect(m: &Loaded, p: &Prepared, api: Api, shut: &mut ShutSignal, rx: 
     let offset0 = text.len();
     while let Some(ev) = shut.next_event(rx).await? {
         match ev {
-            Event::Progress(_) => {}
+            // Generations get no embedding answers.
+            Event::Progress(_) | Event::Embedded(_) => {}
             Event::Token(t) => {
                 text.push_str(&t.text);
                 logprobs.push(&m.tok, &t);

@@ -30,7 +30,7 @@ use super::metrics::Metrics;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
 
-use super::slot::{Job, Slot, SlotKv, common_prefix, kv_tokens};
+use super::slot::{Job, Slot, SlotKv, Work, common_prefix, kv_tokens};
 use crate::generate::{DraftParams, Engine, EngineParams, EngineShared, Pass, SeqChunk, Speculator};
 use crate::http::panic_text;
 use crate::models::Model;
@@ -211,7 +211,19 @@ fn run(setup: InferenceSetup, shared: EngineShared, drafts: Drafts, (mut engine,
             let Some(i) = pick_slot(&slots, engine.as_ref(), job) else { break };
             let Some(job) = queue.pop_front() else { break };
             metrics.queued_sub();
-            slots[i].start(tok, job, engine.as_mut(), round, metrics);
+            if !matches!(job.work, Work::Embed { .. }) {
+                slots[i].start(tok, job, engine.as_mut(), round, metrics);
+            } else if slots[i].embed(job, engine.as_mut(), round, metrics) {
+                match (engine.take(), &slots[i].kv) {
+                    (Some(e), _) => engine = Some(remake_shared(e, &make_shared, &mut slots)),
+                    (None, SlotKv::Own(..)) => {
+                        if let Some((fresh, spec)) = rebuild() {
+                            slots[i].kv = SlotKv::Own(Box::new(fresh), spec);
+                        }
+                    }
+                    (None, SlotKv::Seq(_)) => {}
+                }
+            }
         }
         metrics.set_busy(slots.iter().filter(|s| s.busy()).count());
         slots.iter_mut().for_each(|s| s.drop_if_gone(metrics));

@@ -16,14 +16,23 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::admission::Ticket;
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::generate::{Engine, GenerateError, GenerateParams, Generator, NextPass, Pass, Speculator, StepOutput, StopReason, TokenLogprobs};
+use crate::generate::{Engine, GenerateError, GenerateParams, Generator, NextPass, Pass, Pooling, Speculator, StepOutput, StopReason, TokenLogprobs, embed};
 use crate::http::panic_text;
 use crate::tokenizer::Tokenizer;
 
-/// A generation request on its way to a slot.
+/// What a job asks of its slot.
+pub enum Work {
+    /// Generate after the prompt.
+    Generate(Box<GenerateParams>),
+    /// Embed each input in turn (the job's `prompt` is empty), pooled this way; answered with
+    /// one [`Event::Embedded`] and the slot is free again in the same round.
+    Embed { inputs: Vec<Vec<u32>>, pooling: Pooling },
+}
+
+/// A request on its way to a slot.
 pub struct Job {
     pub prompt: Vec<u32>,
-    pub params: GenerateParams,
+    pub work: Work,
     pub events: UnboundedSender<Event>,
     /// `--timeout` from the request's arrival.
     pub deadline: Option<Instant>,
@@ -48,6 +57,15 @@ pub enum Event {
     Token(TokenEvent),
     Done(Finished),
     Failed(ApiError),
+    /// The answer of an embedding job ([`Work::Embed`]).
+    Embedded(Embedded),
+}
+
+/// Per input, its pooled vector (or every token's, pooling none), and its token count.
+#[derive(Debug)]
+pub struct Embedded {
+    pub vectors: Vec<Vec<Vec<f32>>>,
+    pub n_tokens: Vec<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -215,6 +233,10 @@ impl<'t> Slot<'t> {
             (SlotKv::Seq(s), Some(e)) => (e, *s, None),
             (SlotKv::Seq(_), None) => return job.fail(ApiError::Internal("no engine for the slot's sequence".into())),
         };
+        let params = match &job.work {
+            Work::Generate(p) => p,
+            Work::Embed { .. } => return job.fail(ApiError::Internal("an embedding job reached a generating slot".into())),
+        };
         let made = catch_unwind(AssertUnwindSafe(|| {
             // A draft engine holds its own copy of the context: with one, start empty.
             let cached = match (job.cache_prompt, &spec) {
@@ -223,10 +245,10 @@ impl<'t> Slot<'t> {
             };
             engine.seq_truncate(seq, cached).map_err(GenerateError::from)?;
             if let Some(s) = spec {
-                s.begin(&job.params.sampler).map_err(|e| GenerateError::Sink(e.to_string()))?;
+                s.begin(&params.sampler).map_err(|e| GenerateError::Sink(e.to_string()))?;
             }
             // The cached prefix is part of the prompt: the whole prompt must fit.
-            let mut generator = Generator::in_context((0, engine.n_ctx()), tok, &job.prompt, &job.params)?;
+            let mut generator = Generator::in_context((0, engine.n_ctx()), tok, &job.prompt, params)?;
             generator.skip_cached(cached);
             Ok((generator, cached))
         }));
@@ -242,6 +264,53 @@ impl<'t> Slot<'t> {
             }
             Ok(Err(e)) => job.fail(ApiError::Internal(e.to_string())),
             Err(panic) => job.fail(ApiError::Internal(format!("starting the generation panicked: {}", panic_text(&*panic)))),
+        }
+    }
+
+    /// Runs an embedding job at once on the slot's sequence (its KV then holds the last
+    /// input, like a prefill) and answers it; the slot stays free. True when a pass panicked
+    /// (the engine is then suspect).
+    pub fn embed(&mut self, job: Job, shared: Option<&mut Engine>, round: u64, metrics: &Metrics) -> bool {
+        self.last_used = round;
+        let (engine, seq) = match (&mut self.kv, shared) {
+            (SlotKv::Own(e, _), _) => (&mut **e, 0),
+            (SlotKv::Seq(s), Some(e)) => (e, *s),
+            (SlotKv::Seq(_), None) => {
+                job.fail(ApiError::Internal("no engine for the slot's sequence".into()));
+                return false;
+            }
+        };
+        let Work::Embed { inputs, pooling } = &job.work else {
+            job.fail(ApiError::Internal("a generation reached the embedding path".into()));
+            return false;
+        };
+        let t0 = Instant::now();
+        let done = catch_unwind(AssertUnwindSafe(|| {
+            if job.inject_panic {
+                panic!("injected fault (MINFER_INJECT_PANIC)");
+            }
+            inputs.iter().map(|ids| embed(engine, seq, ids, *pooling)).collect::<Result<Vec<_>, _>>()
+        }));
+        match done {
+            Ok(Ok(vectors)) => {
+                let n_tokens: Vec<usize> = inputs.iter().map(Vec::len).collect();
+                metrics.prompt(n_tokens.iter().sum(), t0.elapsed().as_secs_f64());
+                let Job { events, ticket, .. } = job;
+                drop(ticket);
+                let _ = events.send(Event::Embedded(Embedded { vectors, n_tokens }));
+                false
+            }
+            Ok(Err(e)) => {
+                job.fail(ApiError::Internal(e.to_string()));
+                false
+            }
+            Err(panic) => {
+                let what = panic_text(&*panic);
+                metrics.panicked();
+                eprintln!("minfer serve: inference panicked: {what}; its engine is rebuilt");
+                job.fail(ApiError::Internal(format!("inference panicked: {what}")));
+                true
+            }
         }
     }
 

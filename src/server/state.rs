@@ -8,7 +8,7 @@ use super::error::{ApiError, ServeError};
 use super::metrics::Metrics;
 use super::scheduler::{InferenceHandle, InferenceSetup, start};
 use crate::chat::{ChatTemplate, RenderOptions, chat_template_for};
-use crate::generate::{DraftParams, EngineParams, NodeDump, check_vocab};
+use crate::generate::{DraftParams, EngineParams, NodeDump, Pooling, check_vocab};
 use crate::gguf::GgufFile;
 use crate::grammar::GrammarVocab;
 use crate::models::load_model;
@@ -68,6 +68,8 @@ pub struct ServeConfig {
     pub slots_endpoint: bool,
     /// `GET /` serves the chat page (else 404: `--no-ui`).
     pub ui: bool,
+    /// `--pooling`: how embeddings pool (`None`: the model's `pooling_type`, else last).
+    pub pooling: Option<Pooling>,
 }
 
 /// Server-wide defaults for the sampling fields a request leaves out.
@@ -157,6 +159,10 @@ pub struct Loaded {
     pub render: RenderOptions,
     pub n_ctx_slot: usize,
     pub n_vocab: usize,
+    /// Width of an embedding.
+    pub n_embd: usize,
+    /// How embeddings pool (`--pooling`, else the model's), or why the model cannot embed.
+    pub pooling: Result<Pooling, String>,
     pub inference: InferenceHandle,
     /// The vocabulary's token trie for structured output, built by the first request that
     /// needs it (about half a second for a 150k vocabulary) and shared by all after it.
@@ -246,6 +252,11 @@ impl AppState {
         let model = Arc::new(load_model(Arc::new(file)).map_err(|e| fail(e.to_string()))?);
         let n_ctx_slot = self.cfg.slot_ctx(model.hparams().n_ctx_train as usize)?;
         let n_vocab = model.hparams().n_vocab as usize;
+        let n_embd = model.hparams().n_embd as usize;
+        let pooling = match self.cfg.pooling {
+            Some(p) => Ok(p),
+            None => Pooling::of_model(&model.file).map_err(|e| e.to_string()),
+        };
         let tok = Arc::new(tok);
         let engine = EngineParams {
             n_ctx: n_ctx_slot,
@@ -283,7 +294,7 @@ impl AppState {
         let model_id = aliases.first().cloned().unwrap_or_else(|| {
             self.cfg.model.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())
         });
-        let loaded = Loaded { model_id, facts, aliases, created: unix_now(), tok, template, render, n_ctx_slot, n_vocab, inference, grammar_vocab: OnceLock::new() };
+        let loaded = Loaded { model_id, facts, aliases, created: unix_now(), tok, template, render, n_ctx_slot, n_vocab, n_embd, pooling, inference, grammar_vocab: OnceLock::new() };
         let _ = self.loaded.set(loaded);
         Ok(())
     }

@@ -271,6 +271,18 @@ impl Tokenizer {
         ids
     }
 
+    /// The ids of a text to embed: llama.cpp's tokenization with `add_special` (BOS first and
+    /// EOS last, each when the model asks for it), special tokens parsed.
+    pub fn encode_input(&self, text: &str) -> Vec<u32> {
+        let mut ids = self.encode_prompt(text, true);
+        if let Some(eos) = self.eos_id().filter(|_| self.add_eos)
+            && ids.last() != Some(&eos)
+        {
+            ids.push(eos);
+        }
+        ids
+    }
+
     /// Like [`Tokenizer::encode`], for bytes that should be UTF-8; anything else is an error.
     pub fn encode_bytes(&self, bytes: &[u8], parse_special: bool) -> Result<Vec<u32>, TokenizerError> {
         let text = std::str::from_utf8(bytes).map_err(|e| TokenizerError::InvalidUtf8 {

@@ -50,6 +50,7 @@ pub fn params(n_tokens: usize, n_ctx: usize) -> GraphParams {
     GraphParams {
         n_tokens,
         n_out: 1,
+        output: Default::default(),
         gtype: GraphType::for_tokens(n_tokens),
         cparams: cparams(n_ctx),
         weights_version: 1,

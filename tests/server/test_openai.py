@@ -11,6 +11,7 @@ References are independent of the server: `minfer run` (the CLI's generation loo
 llama.cpp's greedy continuations in tests/data.
 """
 
+import base64
 import concurrent.futures
 import http.client
 import json
@@ -18,6 +19,7 @@ import os
 import re
 import socket
 import statistics
+import struct
 import subprocess
 import tempfile
 import threading
@@ -564,6 +566,97 @@ class Ollama(unittest.TestCase):
             with self.assertRaises(ollama.ResponseError) as e:
                 o.chat(model="m", messages=user("hi"), **bad)
             self.assertEqual(e.exception.status_code, 400, bad)
+
+
+class Embeddings(unittest.TestCase):
+    """Embeddings through the official clients and llama-server's native route, against llama.cpp's
+    own final hidden states (tests/data/qwen2.5-0.5b.embeddings.json, one token per decode:
+    scripts/make_embedding_reference.sh). The model has no pooling of its own, so the server
+    pools the last token's state; OpenAI's and Ollama's /api/embed vectors have unit length."""
+
+    TOL = 1e-6  # of the vector's largest magnitude (measured: ~6e-8, the file's 8 digits)
+
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(DATA, "qwen2.5-0.5b.embeddings.json")) as f:
+            cls.cases = json.load(f)["cases"]
+
+    def close(self, got, want, what):
+        self.assertEqual(len(got), len(want), what)
+        scale = max(abs(x) for x in want)
+        worst = max(abs(a - b) for a, b in zip(got, want)) / scale
+        self.assertLessEqual(worst, self.TOL, what)
+
+    @staticmethod
+    def unit(v):
+        n = sum(x * x for x in v) ** 0.5
+        return [x / n for x in v]
+
+    def test_openai_client_float_and_base64_equal_llama_cpp(self):
+        c = SERVER.client()
+        texts = [case["text"] for case in self.cases]
+        before = SERVER.metrics()["minfer_prompt_tokens_total"]
+        # Unless told, the client asks for base64 and decodes it; told base64, it leaves the text.
+        for fmt in [None, "float", "base64"]:
+            r = c.embeddings.create(model="m", input=texts, **({"encoding_format": fmt} if fmt else {}))
+            self.assertEqual([d.index for d in r.data], list(range(len(texts))))
+            for d, case in zip(r.data, self.cases):
+                v = d.embedding
+                if fmt == "base64":
+                    raw = base64.b64decode(v)
+                    v = list(struct.unpack(f"<{len(raw) // 4}f", raw))
+                self.close(v, self.unit(case["last"]), f"{fmt} {case['text']!r}")
+            self.assertEqual(r.usage.prompt_tokens, sum(len(case["tokens"]) for case in self.cases))
+        self.assertEqual(SERVER.metrics()["minfer_prompt_tokens_total"] - before, 3 * r.usage.prompt_tokens)
+        ids = c.embeddings.create(model="m", input=[self.cases[1]["tokens"]], encoding_format="float")
+        self.close(ids.data[0].embedding, self.unit(self.cases[1]["last"]), "token ids")
+
+    def test_native_route_gives_raw_states(self):
+        case = self.cases[3]
+        status, body = SERVER.http("POST", "/embedding", {"content": case["text"], "embd_normalize": -1})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(body[0]["index"], 0)
+        self.close(body[0]["embedding"][0], case["last"], "native raw")
+
+    def test_ollama_embed_and_embeddings(self):
+        o = ollama.Client(host=f"http://127.0.0.1:{SERVER.port}", headers={"Authorization": f"Bearer {KEY}"})
+        r = o.embed(model="m", input=[self.cases[0]["text"], self.cases[1]["text"]])
+        self.assertEqual(len(r.embeddings), 2)
+        for got, case in zip(r.embeddings, self.cases):
+            self.close(got, self.unit(case["last"]), f"ollama embed {case['text']!r}")
+        self.assertEqual(r.prompt_eval_count, len(self.cases[0]["tokens"]) + len(self.cases[1]["tokens"]))
+        legacy = o.embeddings(model="m", prompt=self.cases[2]["text"])
+        self.close(legacy.embedding, self.cases[2]["last"], "ollama embeddings (raw)")
+
+    def test_bad_embedding_requests_are_400(self):
+        for body, param in [({"input": ""}, "input"), ({"input": []}, "input"), ({"input": "x", "dimensions": 3}, "dimensions"),
+                            ({"input": "x", "encoding_format": "hex"}, "encoding_format"), ({"input": [10**9]}, "input[0]"),
+                            ({"input": "x", "pooling": "mean"}, "pooling"), ({}, "input")]:
+            status, r = SERVER.http("POST", "/v1/embeddings", body)
+            self.assertEqual(status, 400, body)
+            self.assertEqual(r["error"]["param"], param, body)
+
+    def test_pooling_flag(self):
+        server = Server("--slots", "1", "--ctx", "512", "--pooling", "mean", key=KEY)
+        try:
+            case = self.cases[1]
+            _, body = server.http("POST", "/embedding", {"content": case["text"], "embd_normalize": -1})
+            self.close(body[0]["embedding"][0], case["mean"], "mean")
+        finally:
+            server.stop()
+        server = Server("--slots", "1", "--ctx", "512", "--pooling", "none", key=KEY)
+        try:
+            case = self.cases[1]
+            _, body = server.http("POST", "/embedding", {"content": case["text"]})
+            rows = body[0]["embedding"]
+            self.assertEqual(len(rows), len(case["none"]))
+            for i, (got, want) in enumerate(zip(rows, case["none"])):
+                self.close(got, want, f"none row {i}")
+            status, r = server.http("POST", "/v1/embeddings", {"input": case["text"]})
+            self.assertEqual(status, 400)
+            self.assertIn("none", r["error"]["message"])
+        finally:
+            server.stop()
 
 
 class Errors(unittest.TestCase):

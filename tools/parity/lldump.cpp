@@ -5,7 +5,9 @@
 // every position from --from on (one JSON array per line), optionally writes those positions'
 // full logits to --logits-out (raw f32), and with --dump-pos P --dump-dir D writes every tensor
 // the graph computes at position P to D/<name>.f32 (raw f32, ggml element order; a repeated
-// name gets #1, #2, ...) plus D/index.tsv (name, op, type, shape, src0, src1).
+// name gets #1, #2, ...) plus D/index.tsv (name, op, type, shape, src0, src1). --embd-out F
+// turns on llama.cpp's embeddings (pooling none) and writes every position's final hidden state
+// (`t_embd`, after the output norm) to F (raw f32, n_embd per position).
 #include "llama.h"
 #include "ggml.h"
 #include "ggml-backend.h"
@@ -64,6 +66,7 @@ int main(int argc, char ** argv) {
     int from = 0, topk = 20, dump_pos = -1, threads = 2;
     const char * dump_dir = nullptr;
     const char * logits_out = nullptr;
+    const char * embd_out = nullptr;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "-m") model_path = argv[++i];
@@ -74,6 +77,7 @@ int main(int argc, char ** argv) {
         else if (a == "--dump-dir") dump_dir = argv[++i];
         else if (a == "--threads") threads = atoi(argv[++i]);
         else if (a == "--logits-out") logits_out = argv[++i];
+        else if (a == "--embd-out") embd_out = argv[++i];
     }
     llama_backend_init();
     llama_log_set([](ggml_log_level, const char *, void *) {}, nullptr);
@@ -90,16 +94,20 @@ int main(int argc, char ** argv) {
     cp.type_k = GGML_TYPE_F32;
     cp.type_v = GGML_TYPE_F32;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    if (embd_out) { cp.embeddings = true; cp.pooling_type = LLAMA_POOLING_TYPE_NONE; }
     if (dump_dir) { cp.cb_eval = cb; cp.cb_eval_user_data = &dctx; }
     llama_context * ctx = llama_init_from_model(model, cp);
     const llama_vocab * vocab = llama_model_get_vocab(model);
     int n_vocab = llama_vocab_n_tokens(vocab);
     FILE * lf = logits_out ? fopen(logits_out, "wb") : nullptr;
+    FILE * ef = embd_out ? fopen(embd_out, "wb") : nullptr;
+    const int n_embd = llama_model_n_embd(model);
     for (size_t p = 0; p < ids.size(); p++) {
         dctx.active = ((int) p == dump_pos);
         llama_token t = ids[p];
         llama_batch b = llama_batch_get_one(&t, 1);
         if (llama_decode(ctx, b) != 0) { fprintf(stderr, "decode failed at %zu\n", p); return 1; }
+        if (ef) fwrite(llama_get_embeddings_ith(ctx, -1), 4, n_embd, ef);
         if ((int) p >= from) {
             const float * lg = llama_get_logits_ith(ctx, -1);
             if (lf) fwrite(lg, 4, n_vocab, lf);
@@ -112,6 +120,7 @@ int main(int argc, char ** argv) {
         }
     }
     if (lf) fclose(lf);
+    if (ef) fclose(ef);
     if (dctx.index) fclose(dctx.index);
     llama_free(ctx);
     llama_model_free(model);

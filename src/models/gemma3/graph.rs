@@ -7,7 +7,8 @@
 //!   attention with score scale 1 over the layer's window; the output projection, RMSNorm
 //!   (`attn_post_norm`) and the residual (`sa_out`); RMSNorm, `gelu(gate) * up`, the down
 //!   projection, RMSNorm (`ffn_post_norm`) and the residual (`l_out`);
-//! - the final RMSNorm and the lm_head (tied to the embedding when the file has no `output`).
+//! - the final RMSNorm and the lm_head (tied to the embedding when the file has no `output`), or
+//!   for embeddings the normed hidden states.
 //!
 //! The norm weights in a Gemma GGUF already hold `1 + w` (the converter adds the one), so the
 //! norms are the plain weighted RMSNorm.
@@ -139,11 +140,7 @@ impl ModelDef for Gemma3 {
             b.rename(inp, "l_out")?;
         }
         b.set_layer(None);
-        let normed = b.rms_norm(inp, Some(&self.head.output_norm), eps)?;
-        b.rename(normed, "result_norm")?;
-        let logits = b.matmul(normed, &self.head.output, None)?; // [n_vocab, n_out]
-        b.rename(logits, "result_output")?;
-        b.output(logits)?;
+        self.head.finish(&mut b, inp, eps, p.output)?;
         Ok(b.build())
     }
 }
