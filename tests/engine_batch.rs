@@ -139,3 +139,31 @@ fn bad_batches_are_typed_errors_and_change_nothing() {
     assert_eq!(e.seq_tokens(0).unwrap().len() + e.seq_tokens(1).unwrap().len(), 0, "a refused batch evaluates nothing");
     assert!(matches!(e.seq_truncate(5, 0).unwrap_err(), EngineError::NoSequence { seq: 5, n_seq: 2 }));
 }
+
+/// A sequence's KV copied out (`seq_snapshot`) and into another sequence of another engine
+/// (`seq_restore`) continues with the same logits, to the bit, as the original; the other
+/// sequences are untouched, and a snapshot that does not fit changes nothing.
+#[test]
+fn a_sequence_moves_between_slots_through_its_snapshot() {
+    let m = model(common::QWEN2_05B);
+    let (a_tokens, b_tokens) = (stream(0, 9), stream(1, 5));
+    let mut a = engine(&m, 64, 2);
+    a.eval_batch(&[SeqChunk { seq: 0, tokens: &b_tokens }, SeqChunk { seq: 1, tokens: &a_tokens }]).unwrap();
+    let snap = a.seq_snapshot(1).unwrap();
+    assert_eq!(snap.tokens, a_tokens);
+    let mut b = engine(&m, 64, 3);
+    b.eval_batch(&[SeqChunk { seq: 0, tokens: &b_tokens }]).unwrap();
+    b.seq_restore(2, &snap).unwrap();
+    assert_eq!(b.seq_tokens(2), Some(&a_tokens[..]));
+    assert_eq!(b.seq_tokens(0), Some(&b_tokens[..]));
+    let next = [4242u32];
+    let want = a.eval_batch(&[SeqChunk { seq: 1, tokens: &next }]).unwrap();
+    let got = b.eval_batch(&[SeqChunk { seq: 2, tokens: &next }]).unwrap();
+    assert_eq!(bits(&got), bits(&want));
+    // Too long for a 4-cell sequence: refused, the sequence keeps its tokens.
+    let mut small = engine(&m, 4, 2);
+    small.eval_batch(&[SeqChunk { seq: 1, tokens: &next }]).unwrap();
+    assert!(matches!(small.seq_restore(1, &snap), Err(EngineError::ContextFull { .. })));
+    assert_eq!(small.seq_tokens(1), Some(&next[..]));
+    assert!(matches!(small.seq_restore(2, &snap), Err(EngineError::NoSequence { .. })));
+}

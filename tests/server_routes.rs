@@ -43,6 +43,7 @@ fn config(api_key: Option<&str>) -> ServeConfig {
         slots_endpoint: true,
         ui: true,
         pooling: None,
+        slot_save_path: None,
     }
 }
 

@@ -122,6 +122,10 @@ pub struct ServeArgs {
     /// Answer GET /slots with 501 (llama-server's --no-slots) instead of the slots' state.
     #[arg(long = "no-slots-endpoint")]
     pub no_slots_endpoint: bool,
+    /// Directory where POST /slots/{id}?action=save writes a slot's KV and action=restore reads
+    /// it (llama-server's --slot-save-path; created when missing). Without it those answer 501.
+    #[arg(long = "slot-save-path")]
+    pub slot_save_path: Option<std::path::PathBuf>,
     /// How embeddings pool the final hidden states: none, mean, cls or last (llama-server's
     /// --pooling). Default: the model's `pooling_type`, else last.
     #[arg(long, value_parser = parse_pooling)]
@@ -202,6 +206,13 @@ pub fn run(a: ServeArgs) -> Result<(), CliError> {
         slots_endpoint: !a.no_slots_endpoint,
         ui: !a.no_ui,
         pooling: a.pooling,
+        slot_save_path: match a.slot_save_path {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir).map_err(|e| CliError::BadFlag { flag: "--slot-save-path", why: format!("{}: {e}", dir.display()) })?;
+                Some(dir)
+            }
+            None => None,
+        },
     };
     Ok(serve(cfg)?)
 }

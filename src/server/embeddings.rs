@@ -35,7 +35,7 @@ use super::error::ApiError;
 use super::fields::{Fields, kind_of, parse_object};
 use super::openai::{admit, blocking, body_bytes};
 use super::request::{refuse_unknown_in, token_ids};
-use super::slot::{Embedded, Event, Job, Work};
+use super::slot::{Embedded, Event, Job, Reply, Work};
 use super::state::{AppState, Loaded};
 use super::stream::{ShutSignal, first_event};
 use crate::generate::{Pooling, normalize};
@@ -122,7 +122,7 @@ async fn run(st: &Arc<AppState>, m: &Loaded, ticket: Ticket, req: EmbedRequest) 
     })?;
     let mut shut = ShutSignal::new(&st.lifecycle, st.cfg.drain_timeout_secs);
     match first_event(&mut shut, &mut rx).await? {
-        Event::Embedded(e) => Ok(e),
+        Event::Reply(Reply::Embedded(e)) => Ok(e),
         Event::Failed(e) => Err(e),
         _ => Err(ApiError::Internal("the embedding ended without a result".into())),
     }

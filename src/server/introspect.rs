@@ -1,20 +1,26 @@
-//! llama-server's introspection routes: `GET /props`, `GET /slots`, `POST /apply-template`,
-//! `POST /chat/completions/input_tokens`; and what minfer answers where it differs:
-//! `POST /props` (llama-server lets a client change settings with it; minfer's are fixed at
-//! start) and `POST /slots/{id}?action=…` (KV save and restore to files) are refused with a
-//! 501 that says so, never ignored.
+//! llama-server's introspection routes: `GET /props`, `GET /slots`, `POST /slots/{id}?action=…`
+//! (a slot's KV saved to, restored from or erased: `slot_files.rs`), `POST /apply-template`,
+//! `POST /chat/completions/input_tokens`; and what minfer answers where it differs: `POST /props`
+//! (llama-server lets a client change settings with it; minfer's are fixed at start) is refused
+//! with a 501 that says so, never ignored.
 
 use std::sync::Arc;
 
 use axum::Json as AxJson;
 use axum::body::Bytes;
-use axum::extract::State;
+use std::collections::HashMap;
+
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
 use serde_json::{Value as Json, json};
+use tokio::sync::mpsc::unbounded_channel;
 
 use super::error::ApiError;
-use super::fields::parse_object;
-use super::openai::{blocking, body_bytes, render_chat};
+use super::fields::{Fields, parse_object};
+use super::openai::{admit, blocking, body_bytes, render_chat};
+use super::slot::{Event, Job, Reply, Work};
+use super::slot_files::{SlotAction, valid_filename};
+use super::stream::{ShutSignal, first_event};
 use super::request::chat_request;
 use super::state::AppState;
 
@@ -61,8 +67,52 @@ pub async fn set_props() -> ApiError {
     ApiError::EndpointOff { endpoint: "POST /props", flag: "its settings are fixed when it starts (minfer serve's flags)" }
 }
 
-pub async fn slot_action() -> ApiError {
-    ApiError::EndpointOff { endpoint: "POST /slots/{id}", flag: "saving and restoring a slot's KV is not implemented (use the chat CLI's /save and /load)" }
+/// `POST /slots/{id}?action=save|restore|erase` (`{"filename": NAME}` for the first two): runs
+/// on the inference thread when the slot is free (a busy slot finishes its request first).
+pub async fn slot_action(
+    State(st): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<AxJson<Json>, ApiError> {
+    let Some(dir) = st.cfg.slot_save_path.clone() else {
+        return Err(ApiError::EndpointOff { endpoint: "POST /slots/{id}", flag: "start it with --slot-save-path DIR to save and restore slots" });
+    };
+    let id = id.parse::<usize>().ok().filter(|&i| i < st.cfg.slots).ok_or_else(|| ApiError::param("id_slot", format!("Invalid slot ID: the server has slots 0 to {}", st.cfg.slots - 1)))?;
+    let filename = || -> Result<(String, std::path::PathBuf), ApiError> {
+        let bytes = body_bytes(body)?;
+        let obj = parse_object(&bytes)?;
+        let name = Fields::new(&obj).str("filename")?.ok_or_else(|| ApiError::param("filename", "is required"))?;
+        if !valid_filename(name) {
+            return Err(ApiError::param("filename", "Invalid filename: one plain file name inside --slot-save-path"));
+        }
+        Ok((name.to_string(), dir.join(name)))
+    };
+    let action = match query.get("action").map(String::as_str) {
+        Some("save") => filename().map(|(filename, path)| SlotAction::Save { filename, path })?,
+        Some("restore") => filename().map(|(filename, path)| SlotAction::Restore { filename, path })?,
+        Some("erase") => SlotAction::Erase,
+        _ => return Err(ApiError::param("action", "Invalid action: save, restore or erase")),
+    };
+    let (m, ticket) = admit(&st)?;
+    let (tx, mut rx) = unbounded_channel();
+    m.inference.submit(Job {
+        prompt: Vec::new(),
+        work: Work::SlotAction(action),
+        events: tx,
+        deadline: None,
+        timeout_secs: 0,
+        inject_panic: false,
+        cache_prompt: false,
+        return_progress: false,
+        slot: Some(id),
+        ticket,
+    })?;
+    let mut shut = ShutSignal::new(&st.lifecycle, st.cfg.drain_timeout_secs);
+    match first_event(&mut shut, &mut rx).await? {
+        Event::Reply(Reply::Slot(report)) => Ok(AxJson(report.to_json())),
+        _ => Err(ApiError::Internal("the slot action ended without a result".into())),
+    }
 }
 
 pub async fn slots(State(st): State<Arc<AppState>>) -> Result<AxJson<Json>, ApiError> {

@@ -36,6 +36,7 @@ pub mod responses;
 pub mod routes;
 pub mod scheduler;
 pub mod slot;
+pub mod slot_files;
 pub mod state;
 pub mod stream;
 pub mod structured;

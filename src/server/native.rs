@@ -398,8 +398,8 @@ async fn collect(shape: &Shape<'_>, index: usize, p: &NativePrompt, shut: &mut S
     let tok = &shape.m.tok;
     while let Some(ev) = shut.next_event(rx).await? {
         match ev {
-            // Generations get no embedding answers.
-            Event::Progress(_) | Event::Embedded(_) => {}
+            // Generations get no replies (those answer embeddings and slot actions).
+            Event::Progress(_) | Event::Reply(_) => {}
             Event::Token(t) => {
                 text.push_str(&t.text);
                 if !tok.is_eog(t.id) {
@@ -423,7 +423,7 @@ async fn collect(shape: &Shape<'_>, index: usize, p: &NativePrompt, shut: &mut S
 fn stream_event(shape: &Shape<'_>, ev: Event, frames: &mut VecDeque<Bytes>) -> bool {
     let frame = |v: &Json| Bytes::from(format!("data: {v}\n\n"));
     match ev {
-        Event::Embedded(_) => false,
+        Event::Reply(_) => false,
         Event::Progress(p) => {
             let mut v = json!({"index": 0, "content": "", "tokens": [], "stop": false, "prompt_progress": progress_json(&p)});
             if shape.req.opts.timings_per_token {

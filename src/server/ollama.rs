@@ -259,8 +259,8 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>, kind: Kin
     let mut ev = first;
     loop {
         match ev {
-            // Generations get no embedding answers.
-            Event::Progress(_) | Event::Embedded(_) => {}
+            // Generations get no replies (those answer embeddings and slot actions).
+            Event::Progress(_) | Event::Reply(_) => {}
             Event::Token(t) => text.push_str(&t.text),
             Event::Done(f) => return Ok(AxJson(answer.piece(&text, Some(&f))).into_response()),
             Event::Failed(e) => return Err(e),
@@ -277,7 +277,7 @@ struct NdFrames {
 impl FrameMaker for NdFrames {
     fn make(&mut self, ev: Event, out: &mut VecDeque<Bytes>) -> bool {
         let (v, ended) = match ev {
-            Event::Progress(_) | Event::Embedded(_) => return false,
+            Event::Progress(_) | Event::Reply(_) => return false,
             Event::Token(t) if t.text.is_empty() => return false,
             Event::Token(t) => (self.answer.piece(&t.text, None), false),
             Event::Done(f) => (self.answer.piece("", Some(&f)), true),

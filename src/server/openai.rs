@@ -236,8 +236,8 @@ async fn collect(m: &Loaded, p: &Prepared, api: Api, shut: &mut ShutSignal, rx: 
     let offset0 = text.len();
     while let Some(ev) = shut.next_event(rx).await? {
         match ev {
-            // Generations get no embedding answers.
-            Event::Progress(_) | Event::Embedded(_) => {}
+            // Generations get no replies (those answer embeddings and slot actions).
+            Event::Progress(_) | Event::Reply(_) => {}
             Event::Token(t) => {
                 text.push_str(&t.text);
                 logprobs.push(&m.tok, &t);

@@ -310,8 +310,8 @@ async fn serve(st: Arc<AppState>, body: Result<Bytes, BytesRejection>) -> Result
     let mut ev = Some(first);
     while let Some(e) = ev.take() {
         match e {
-            // Generations get no embedding answers.
-            Event::Progress(_) | Event::Embedded(_) => {}
+            // Generations get no replies (those answer embeddings and slot actions).
+            Event::Progress(_) | Event::Reply(_) => {}
             Event::Token(t) => answer.text.push_str(&t.text),
             Event::Done(f) => {
                 let v = answer.finish(&f);
@@ -382,7 +382,7 @@ impl ResponseFrames {
     fn push(&mut self, ev: Event) {
         let msg = self.answer.head.msg_id.clone();
         match ev {
-            Event::Embedded(_) => {}
+            Event::Reply(_) => {}
             Event::Progress(p) => {
                 let r = self.answer.head.response(None);
                 let mut d = json!({"response": r, "prompt_progress": super::native::progress_json(&p)});

@@ -165,6 +165,7 @@ fn run(setup: InferenceSetup, shared: EngineShared, drafts: Drafts, (mut engine,
         }
     };
     let tok: &Tokenizer = tok;
+    let fingerprint = super::slot_files::fingerprint(&model.file);
     let mut slots: Vec<Slot<'_>> = kvs.into_iter().map(Slot::new).collect();
     let mut queue: VecDeque<Job> = VecDeque::new();
     let mut open = true;
@@ -211,9 +212,18 @@ fn run(setup: InferenceSetup, shared: EngineShared, drafts: Drafts, (mut engine,
             let Some(i) = pick_slot(&slots, engine.as_ref(), job) else { break };
             let Some(job) = queue.pop_front() else { break };
             metrics.queued_sub();
-            if !matches!(job.work, Work::Embed { .. }) {
-                slots[i].start(tok, job, engine.as_mut(), round, metrics);
-            } else if slots[i].embed(job, engine.as_mut(), round, metrics) {
+            let broken = match job.work {
+                Work::Generate(_) => {
+                    slots[i].start(tok, job, engine.as_mut(), round, metrics);
+                    false
+                }
+                Work::SlotAction(_) => {
+                    slots[i].act(job, engine.as_mut(), fingerprint);
+                    false
+                }
+                Work::Embed { .. } => slots[i].embed(job, engine.as_mut(), round, metrics),
+            };
+            if broken {
                 match (engine.take(), &slots[i].kv) {
                     (Some(e), _) => engine = Some(remake_shared(e, &make_shared, &mut slots)),
                     (None, SlotKv::Own(..)) => {

@@ -14,6 +14,7 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::admission::Ticket;
+use super::slot_files::{SlotAction, SlotReport};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use crate::generate::{Engine, GenerateError, GenerateParams, Generator, NextPass, Pass, Pooling, Speculator, StepOutput, StopReason, TokenLogprobs, embed};
@@ -25,8 +26,11 @@ pub enum Work {
     /// Generate after the prompt.
     Generate(Box<GenerateParams>),
     /// Embed each input in turn (the job's `prompt` is empty), pooled this way; answered with
-    /// one [`Event::Embedded`] and the slot is free again in the same round.
+    /// one [`Reply::Embedded`] and the slot is free again in the same round.
     Embed { inputs: Vec<Vec<u32>>, pooling: Pooling },
+    /// Save, restore or erase the KV of the slot the job names (`Job::slot`); answered with
+    /// one [`Reply::Slot`].
+    SlotAction(SlotAction),
 }
 
 /// A request on its way to a slot.
@@ -57,8 +61,15 @@ pub enum Event {
     Token(TokenEvent),
     Done(Finished),
     Failed(ApiError),
-    /// The answer of an embedding job ([`Work::Embed`]).
+    /// The one answer of a job that is not a generation.
+    Reply(Reply),
+}
+
+/// What a job other than a generation answers.
+#[derive(Debug)]
+pub enum Reply {
     Embedded(Embedded),
+    Slot(SlotReport),
 }
 
 /// Per input, its pooled vector (or every token's, pooling none), and its token count.
@@ -235,7 +246,7 @@ impl<'t> Slot<'t> {
         };
         let params = match &job.work {
             Work::Generate(p) => p,
-            Work::Embed { .. } => return job.fail(ApiError::Internal("an embedding job reached a generating slot".into())),
+            Work::Embed { .. } | Work::SlotAction(_) => return job.fail(ApiError::Internal("a job that is not a generation reached a generating slot".into())),
         };
         let made = catch_unwind(AssertUnwindSafe(|| {
             // A draft engine holds its own copy of the context: with one, start empty.
@@ -297,7 +308,7 @@ impl<'t> Slot<'t> {
                 metrics.prompt(n_tokens.iter().sum(), t0.elapsed().as_secs_f64());
                 let Job { events, ticket, .. } = job;
                 drop(ticket);
-                let _ = events.send(Event::Embedded(Embedded { vectors, n_tokens }));
+                let _ = events.send(Event::Reply(Reply::Embedded(Embedded { vectors, n_tokens })));
                 false
             }
             Ok(Err(e)) => {
@@ -311,6 +322,27 @@ impl<'t> Slot<'t> {
                 job.fail(ApiError::Internal(format!("inference panicked: {what}")));
                 true
             }
+        }
+    }
+
+    /// Saves, restores or erases this (free) slot's KV at once and answers the job.
+    pub fn act(&mut self, job: Job, shared: Option<&mut Engine>, fingerprint: u64) {
+        let engine_seq = match (&mut self.kv, shared) {
+            (SlotKv::Own(e, _), _) => Some((&mut **e, 0)),
+            (SlotKv::Seq(s), Some(e)) => Some((e, *s)),
+            (SlotKv::Seq(_), None) => None,
+        };
+        let (Some((engine, seq)), Work::SlotAction(action)) = (engine_seq, &job.work) else {
+            return job.fail(ApiError::Internal("a slot action reached a slot without its engine".into()));
+        };
+        let id = job.slot.unwrap_or_default();
+        match action.run(engine, seq, id, fingerprint) {
+            Ok(report) => {
+                let Job { events, ticket, .. } = job;
+                drop(ticket);
+                let _ = events.send(Event::Reply(Reply::Slot(report)));
+            }
+            Err(e) => job.fail(e),
         }
     }
 

@@ -68,6 +68,9 @@ pub struct ServeConfig {
     pub slots_endpoint: bool,
     /// `GET /` serves the chat page (else 404: `--no-ui`).
     pub ui: bool,
+    /// `--slot-save-path`: the directory slot files are saved to and restored from (`None`:
+    /// slot actions answer 501).
+    pub slot_save_path: Option<PathBuf>,
     /// `--pooling`: how embeddings pool (`None`: the model's `pooling_type`, else last).
     pub pooling: Option<Pooling>,
 }

@@ -225,7 +225,7 @@ impl OpenAiFrames {
     /// Turns one event into frames.
     fn push(&mut self, ev: Event) {
         match ev {
-            Event::Embedded(_) => {}
+            Event::Reply(_) => {}
             Event::Progress(p) => {
                 self.role_frame();
                 let mut chunk = self.meta.progress_chunk(self.include_usage);

@@ -659,6 +659,62 @@ class Embeddings(unittest.TestCase):
             server.stop()
 
 
+class Slots(unittest.TestCase):
+    """llama-server's slot actions: a slot's KV saved to a file, erased, restored into another
+    slot; the restored prefix is reused (cached_tokens) and the answer equals one computed
+    without any cache."""
+
+    def test_save_erase_restore(self):
+        with tempfile.TemporaryDirectory() as d:
+            server = Server("--slots", "2", "--ctx", "1024", "--slot-save-path", d, key=KEY)
+            try:
+                prompt = "Write a haiku about the sea."
+                body = {"prompt": prompt, "n_predict": 12, "temperature": 0, "id_slot": 1}
+                status, first = server.http("POST", "/completion", body)
+                self.assertEqual(status, 200, first)
+                status, saved = server.http("POST", "/slots/1?action=save", {"filename": "sea.bin"})
+                self.assertEqual(status, 200, saved)
+                self.assertEqual((saved["id_slot"], saved["filename"]), (1, "sea.bin"))
+                self.assertEqual(saved["n_written"], os.path.getsize(os.path.join(d, "sea.bin")))
+                self.assertGreater(saved["n_saved"], first["tokens_evaluated"])
+                status, erased = server.http("POST", "/slots/1?action=erase", {})
+                self.assertEqual((status, erased["n_erased"]), (200, saved["n_saved"]), erased)
+                status, restored = server.http("POST", "/slots/0?action=restore", {"filename": "sea.bin"})
+                self.assertEqual(status, 200, restored)
+                self.assertEqual(restored["n_restored"], saved["n_saved"])
+                c = server.client()
+                cached = c.completions.create(model="m", prompt=prompt, max_tokens=12, temperature=0, extra_body={"id_slot": 0})
+                self.assertEqual(cached.usage.prompt_tokens_details.cached_tokens, cached.usage.prompt_tokens - 1)
+                fresh = c.completions.create(model="m", prompt=prompt, max_tokens=12, temperature=0, extra_body={"cache_prompt": False})
+                self.assertEqual(cached.choices[0].text, fresh.choices[0].text)
+                self.assertEqual(cached.choices[0].text, first["content"])
+                # A damaged file is refused and the slot keeps what it had.
+                with open(os.path.join(d, "sea.bin"), "r+b") as f:
+                    f.seek(100)
+                    b = f.read(1)
+                    f.seek(100)
+                    f.write(bytes([b[0] ^ 1]))
+                status, r = server.http("POST", "/slots/0?action=restore", {"filename": "sea.bin"})
+                self.assertEqual((status, r["error"]["param"]), (400, "filename"), r)
+                self.assertIn("checksum", r["error"]["message"])
+                again = c.completions.create(model="m", prompt=prompt, max_tokens=12, temperature=0, extra_body={"id_slot": 0})
+                self.assertEqual(again.usage.prompt_tokens_details.cached_tokens, cached.usage.prompt_tokens - 1)
+                self.assertEqual(again.choices[0].text, first["content"])
+                for path, body, param in [("/slots/0?action=save", {"filename": "../escape.bin"}, "filename"),
+                                          ("/slots/0?action=save", {"filename": "a/b"}, "filename"),
+                                          ("/slots/0?action=restore", {"filename": "missing.bin"}, "filename"),
+                                          ("/slots/0?action=save", {}, "filename"),
+                                          ("/slots/0?action=fly", {}, "action"),
+                                          ("/slots/9?action=erase", {}, "id_slot")]:
+                    status, r = server.http("POST", path, body)
+                    self.assertEqual((status, r["error"]["param"]), (400, param), (path, body, r))
+                self.assertEqual(sorted(os.listdir(d)), ["sea.bin"])
+            finally:
+                server.stop()
+        status, r = SERVER.http("POST", "/slots/0?action=erase", {})
+        self.assertEqual(status, 501, r)
+
+
 class Errors(unittest.TestCase):
     def check(self, status_body, status, kind, param=None):
         got_status, body = status_body

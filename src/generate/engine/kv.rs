@@ -139,22 +139,42 @@ impl KvSnapshot {
 impl Engine {
     /// A copy of the KV in use (the first `n_past` rows of every region).
     pub fn kv_snapshot(&mut self) -> Result<KvSnapshot, EngineError> {
-        let n = self.n_past();
-        let (kv_type, rb) = (self.kv_type(), self.row_bytes());
-        let alloc = self.cache.alloc_mut();
-        let mut layers = Vec::new();
-        for layer in alloc.kv_layers() {
-            let (mut k, mut v) = (vec![0u8; n * rb], vec![0u8; n * rb]);
-            alloc.read_kv(layer, false, 0, &mut k)?;
-            alloc.read_kv(layer, true, 0, &mut v)?;
-            layers.push((k, v));
-        }
-        Ok(KvSnapshot { tokens: self.seqs[0].tokens.clone(), positions: self.seqs[0].cell_pos.clone(), kv_type, row_bytes: rb, layers })
+        self.seq_snapshot(0)
     }
 
     /// Replaces the KV with `snap` (taken from an engine of the same model, any context size
     /// that holds it). Nothing changes when it does not fit.
     pub fn kv_restore(&mut self, snap: &KvSnapshot) -> Result<(), EngineError> {
+        self.seq_restore(0, snap)
+    }
+
+    /// A copy of sequence `seq`'s KV (its cells in use, of every layer).
+    pub fn seq_snapshot(&mut self, seq: usize) -> Result<KvSnapshot, EngineError> {
+        let n_seq = self.seqs.len();
+        let s = self.seqs.get(seq).ok_or(EngineError::NoSequence { seq, n_seq })?;
+        let (tokens, positions) = (s.tokens.clone(), s.cell_pos.clone());
+        let n = tokens.len();
+        let (kv_type, rb) = (self.kv_type(), self.row_bytes());
+        let at = seq * self.n_ctx_seq * rb;
+        let alloc = self.cache.alloc_mut();
+        let mut layers = Vec::new();
+        for layer in alloc.kv_layers() {
+            let (mut k, mut v) = (vec![0u8; n * rb], vec![0u8; n * rb]);
+            alloc.read_kv(layer, false, at, &mut k)?;
+            alloc.read_kv(layer, true, at, &mut v)?;
+            layers.push((k, v));
+        }
+        Ok(KvSnapshot { tokens, positions, kv_type, row_bytes: rb, layers })
+    }
+
+    /// Replaces sequence `seq`'s KV with `snap` (taken from an engine of the same model, any
+    /// context size that holds it). Nothing changes when it does not fit; a write that fails
+    /// midway leaves the sequence empty.
+    pub fn seq_restore(&mut self, seq: usize, snap: &KvSnapshot) -> Result<(), EngineError> {
+        let n_seq = self.seqs.len();
+        if seq >= n_seq {
+            return Err(EngineError::NoSequence { seq, n_seq });
+        }
         let n = snap.tokens.len();
         let n_ctx = self.n_ctx_seq;
         let bad = |why: String| Err(EngineError::Kv(why));
@@ -171,6 +191,9 @@ impl Engine {
         if snap.layers.len() != n_layer {
             return bad(format!("{} layers, the model has {n_layer}", snap.layers.len()));
         }
+        if let Some(&id) = snap.tokens.iter().find(|&&t| t as usize >= self.n_vocab()) {
+            return bad(format!("token {id} is outside the vocabulary ({})", self.n_vocab()));
+        }
         let (kv_type, rb) = (self.kv_type(), self.row_bytes());
         // Everything is checked before anything is written.
         if snap.kv_type != kv_type {
@@ -179,18 +202,19 @@ impl Engine {
         if snap.row_bytes != rb || snap.layers.iter().any(|(k, v)| k.len() != n * rb || v.len() != n * rb) {
             return bad(format!("rows of {} bytes, this engine's are {rb}", snap.row_bytes));
         }
+        let at = seq * n_ctx * rb;
         let alloc = self.cache.alloc_mut();
         let written = alloc.kv_layers().into_iter().zip(&snap.layers).try_for_each(|(layer, (ks, vs))| {
-            alloc.write_kv(layer, false, 0, ks)?;
-            alloc.write_kv(layer, true, 0, vs)
+            alloc.write_kv(layer, false, at, ks)?;
+            alloc.write_kv(layer, true, at, vs)
         });
         if let Err(e) = written {
             // Some layers restored, others not: forget the KV rather than keep a mix.
-            self.reset();
+            self.seqs[seq] = Default::default();
             return Err(e.into());
         }
-        self.seqs[0].tokens = snap.tokens.clone();
-        self.seqs[0].cell_pos = snap.positions.clone();
+        self.seqs[seq].tokens = snap.tokens.clone();
+        self.seqs[seq].cell_pos = snap.positions.clone();
         Ok(())
     }
 }
