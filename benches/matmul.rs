@@ -73,6 +73,7 @@ fn bench(c: &mut Criterion) {
         let ws: Vec<WeightMatrix> = copies
             .iter()
             .map(|d| WeightMatrix {
+                packed_k4: None,
                 ty,
                 data: d,
                 rows,

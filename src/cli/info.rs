@@ -134,7 +134,11 @@ pub fn run(out: &mut Out, path: &Path, json: bool, tensors: bool, backend: Optio
     if let Some(l) = &loaded {
         out.line(format!("loaded in:         {:.2} s (weights offered to each backend, arenas and KV reserved)", l.seconds))?;
         for (n, d, w, b) in &l.backends {
-            let weights = if *w > 0 { format!("weights {} on the device", mib(*w as u64)) } else { "weights read from the file's map".to_string() };
+            let weights = match (*n == "cpu", *w > 0) {
+                (true, true) => format!("weights read from the file's map, repacked copies {}", mib(*w as u64)),
+                (true, false) => "weights read from the file's map".to_string(),
+                (false, _) => format!("weights {} on the device", mib(*w as u64)),
+            };
             out.line(format!("backend {n:<10} {d}: {weights}, buffers {}", mib(*b as u64)))?;
         }
     }

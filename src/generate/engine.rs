@@ -13,7 +13,7 @@ use super::trace::TraceRecorder;
 use crate::backends;
 use crate::graph::{
     ArenaNeed, Backend, BackendConfig, BackendScheduler, CParams, ComputeGraph, FusionPass, GraphAllocator, GraphCache, GraphError, GraphParams,
-    GraphOutput, GraphType, KvType, MemoryStats, Prepared, WeightId, WeightStore,
+    GraphOutput, GraphType, KvType, MemoryStats, NodeMeta, Prepared, WeightId, WeightStore,
 };
 use crate::models::Model;
 use crate::workers::{Pool, PoolError};
@@ -319,6 +319,8 @@ impl Engine {
     /// evaluation, naming the backend and the bytes.
     fn reserve(&mut self) -> Result<(), EngineError> {
         let mut used: BTreeMap<Backend, BTreeSet<WeightId>> = BTreeMap::new();
+        // The matrices one-token passes multiply, per backend (offered for a decode layout).
+        let mut decode_matrices: BTreeMap<Backend, BTreeSet<WeightId>> = BTreeMap::new();
         let wide = self.n_ubatch.min(RESERVED_OUTPUTS.max(self.seqs.len()));
         let mut need = ArenaNeed::default();
         // Built, planned and dropped one at a time.
@@ -331,6 +333,9 @@ impl Engine {
             for node in &graph.nodes {
                 if let Some(b) = node.backend {
                     used.entry(b).or_default().extend(node.weights());
+                    if let (1, NodeMeta::MatMul(m)) = (nt, &node.meta) {
+                        decode_matrices.entry(b).or_default().insert(m.weight);
+                    }
                 }
             }
             alloc.reserve_graph(&graph, &mut need)?;
@@ -340,6 +345,10 @@ impl Engine {
         for (backend, ids) in used {
             let ids: Vec<WeightId> = ids.into_iter().collect();
             alloc.pool_mut(backend)?.load_weights(&self.weights, &ids)?;
+        }
+        for (backend, ids) in decode_matrices {
+            let ids: Vec<WeightId> = ids.into_iter().collect();
+            alloc.pool_mut(backend)?.prepare_decode_matrices(&self.weights, &ids)?;
         }
         Ok(())
     }

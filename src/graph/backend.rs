@@ -17,8 +17,9 @@
 //! Required: the capability queries, memory (`alloc_buffer`, `free_buffer`, `buffer_size`,
 //! `memory`), transfers (`set_tensor`, `get_tensor`, `copy_tensor`), `load_weights`, `compute`.
 //! Optional (default methods): `alignment` (64 bytes), `copy_from` (a direct device-to-device
-//! path; the default says there is none and the scheduler stages through the host) and
-//! `synchronize` (nothing queued).
+//! path; the default says there is none and the scheduler stages through the host),
+//! `prepare_decode_matrices` (a second layout of the matrices decode multiplies; none by
+//! default) and `synchronize` (nothing queued).
 //!
 //! [`set_tensor`]: BackendImpl::set_tensor
 //! [`get_tensor`]: BackendImpl::get_tensor
@@ -239,6 +240,13 @@ pub trait BackendImpl: Send {
     /// bytes (zero-copy) or upload its own copies; a node naming a weight it was not offered
     /// is an error at execution.
     fn load_weights(&mut self, store: &Arc<WeightStore>, ids: &[WeightId]) -> Result<(), GraphError>;
+    /// Optional, offered after [`load_weights`](Self::load_weights): the weights this backend
+    /// multiplies one token by (the matrix operand of the decode graph's products). A backend
+    /// may keep a second layout of them that its one-token kernels read faster (the CPU's
+    /// repacked Q4_K), shared through [`WeightStore::prepared`]; the default keeps none.
+    fn prepare_decode_matrices(&mut self, _store: &Arc<WeightStore>, _ids: &[WeightId]) -> Result<(), GraphError> {
+        Ok(())
+    }
 
     /// Runs one split's nodes in order.
     fn compute(&mut self, split: &SplitWork) -> Result<(), GraphError>;

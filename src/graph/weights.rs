@@ -6,7 +6,9 @@
 //! ids their nodes use ([`BackendImpl::load_weights`](super::BackendImpl::load_weights)) and
 //! keep the mapped bytes or upload copies.
 
-use std::sync::Arc;
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::error::GraphError;
 use crate::gguf::GgufFile;
@@ -38,11 +40,18 @@ enum Entry {
     Other,
 }
 
+/// A weight in another layout, made by a backend from the file's bytes.
+type Prepared = Arc<dyn Any + Send + Sync>;
+
 /// The weights of one model file, indexed by [`WeightId`].
 #[derive(Debug)]
 pub struct WeightStore {
     file: Arc<GgufFile>,
     entries: Vec<Entry>,
+    /// Copies of weights in a layout a backend derived from them (a repacked matrix), keyed
+    /// by weight and type: made once by the first backend that asks, shared by every engine of
+    /// the model (a server's slots, a draft beside its target).
+    prepared: Mutex<HashMap<(WeightId, TypeId), Prepared>>,
 }
 
 impl WeightStore {
@@ -63,7 +72,7 @@ impl WeightStore {
             };
             entries.push(entry);
         }
-        Ok(WeightStore { file, entries })
+        Ok(WeightStore { file, entries, prepared: Mutex::new(HashMap::new()) })
     }
 
     pub fn file(&self) -> &Arc<GgufFile> {
@@ -96,6 +105,20 @@ impl WeightStore {
         };
         let data = self.file.tensor_data(t).map_err(|e| GraphError::WeightFile { name: t.name.clone(), reason: e.to_string() })?;
         Ok(WeightView { ty, data, rows, cols })
+    }
+
+    /// Weight `id` in a backend's own layout `T`: the copy made earlier, else `make()`'s
+    /// (kept for the next caller; `None` is not kept). The lock is held while `make` runs, so
+    /// two engines never build the same copy twice.
+    pub fn prepared<T: Any + Send + Sync>(&self, id: WeightId, make: impl FnOnce() -> Option<T>) -> Option<Arc<T>> {
+        let mut map = self.prepared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (id, TypeId::of::<T>());
+        if let Some(p) = map.get(&key) {
+            return p.clone().downcast::<T>().ok();
+        }
+        let made = Arc::new(make()?);
+        map.insert(key, made.clone());
+        Some(made)
     }
 
     /// Bytes of weight `id` as a backend would hold it (the matrix's blocks, or the f32

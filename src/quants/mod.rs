@@ -42,6 +42,7 @@ pub mod gemm;
 pub mod gemm_k;
 pub mod gemm_pairs;
 pub mod gemv;
+pub mod packed_k4;
 pub mod q8;
 mod scalars;
 pub mod simd;

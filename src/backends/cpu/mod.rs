@@ -20,7 +20,14 @@ use crate::graph::{
     Backend, BackendConfig, BackendImpl, BufferId, BufferUsage, CNode, Capabilities, DType, DeviceInfo, FusedOp, GraphError,
     MemoryStats, NodeWork, Op, OutOfMemory, SplitWork, TensorRef, Unavailable, WeightId, WeightStore, attn_operands, operands,
 };
+use crate::quants::packed_k4::K4Packed;
+use crate::quants::simd::Kernels;
+use crate::quants::{BlockQ4K, GgmlType, blocks_of, gemv::REPACK_ROWS};
 use crate::workers::Pool;
+
+/// Environment variable that turns the load-time Q4_K repacking off (`0`): one-token products
+/// then read the file's blocks (A/B measurements; the answers are the same bits either way).
+pub const REPACK_ENV: &str = "MINFER_REPACK";
 
 /// Environment variable capping the CPU backend's allocations (bytes; `K`, `M`, `G` suffixes).
 pub const MEMORY_CAP_ENV: &str = "MINFER_CPU_MEMORY_CAP";
@@ -118,6 +125,9 @@ pub struct CpuBackend {
     weights: Option<Arc<WeightStore>>,
     /// `loaded[id]`: weight `id` was offered.
     loaded: Vec<bool>,
+    /// `packed_k4[id]`: Q4_K matrix `id` repacked for one-token products (see
+    /// [`K4Packed`]), where the kernels have a packed gemv.
+    packed_k4: Vec<Option<Arc<K4Packed>>>,
     pool: Option<Arc<Pool>>,
     isa: Option<KernelIsa>,
 }
@@ -176,7 +186,39 @@ impl CpuBackend {
     }
 
     fn ctx(&self) -> KernelCtx<'_> {
-        KernelCtx { weights: self.weights.as_deref().map(|w| w as &dyn exec::Weights), loaded: &self.loaded, pool: self.pool.as_deref(), isa: self.isa.unwrap_or(KernelIsa::Detected) }
+        KernelCtx {
+            weights: self.weights.as_deref().map(|w| w as &dyn exec::Weights),
+            loaded: &self.loaded,
+            packed_k4: &self.packed_k4,
+            pool: self.pool.as_deref(),
+            isa: self.isa.unwrap_or(KernelIsa::Detected),
+        }
+    }
+
+    /// Repacks the decode matrices of Q4_K that llama.cpp repacks (rows a multiple of [`REPACK_ROWS`]: those
+    /// multiplied in its gemv order) for the one-token product, where the detected kernels have
+    /// a packed gemv and [`REPACK_ENV`] is not `0`. Each copy is made once per model
+    /// ([`WeightStore::prepared`]) and costs 148 bytes per 144 of the file's.
+    fn pack_q4k(&mut self, store: &WeightStore, ids: &[WeightId]) -> Result<(), GraphError> {
+        let off = std::env::var(REPACK_ENV).is_ok_and(|v| v == "0");
+        if off || self.isa == Some(KernelIsa::Scalar) || !Kernels::active().has_packed_k4() {
+            return Ok(());
+        }
+        for &id in ids {
+            let Ok(w) = store.matrix(id) else { continue };
+            if w.ty != GgmlType::Q4K || !w.rows.is_multiple_of(REPACK_ROWS) || !w.cols.is_multiple_of(256) {
+                continue;
+            }
+            let blocks = blocks_of::<BlockQ4K>(w.data, w.rows * w.cols)
+                .map_err(|source| GraphError::Weight { name: store.name(id).to_string(), source })?;
+            let packed = store.prepared(id, || K4Packed::new(blocks, w.rows, w.cols / 256));
+            let i = id.0 as usize;
+            if self.packed_k4.len() <= i {
+                self.packed_k4.resize(i + 1, None);
+            }
+            self.packed_k4[i] = packed;
+        }
+        Ok(())
     }
 
     /// Takes buffer `id` out of the table while a kernel writes it.
@@ -316,7 +358,9 @@ impl BackendImpl for CpuBackend {
     }
 
     fn memory(&self) -> MemoryStats {
-        MemoryStats { capacity: self.cap, ..self.stats }
+        // The repacked copies are the only weight bytes the CPU holds beside the map.
+        let weight_bytes = self.packed_k4.iter().flatten().map(|p| p.bytes()).sum();
+        MemoryStats { capacity: self.cap, weight_bytes, ..self.stats }
     }
 
     fn set_tensor(&mut self, dst: TensorRef, offset: usize, data: &[u8]) -> Result<(), GraphError> {
@@ -359,6 +403,10 @@ impl BackendImpl for CpuBackend {
         }
         self.weights = Some(store.clone());
         Ok(())
+    }
+
+    fn prepare_decode_matrices(&mut self, store: &Arc<WeightStore>, ids: &[WeightId]) -> Result<(), GraphError> {
+        self.pack_q4k(store, ids)
     }
 
     fn compute(&mut self, split: &SplitWork) -> Result<(), GraphError> {

@@ -69,6 +69,7 @@ use super::dot::VecDot;
 use super::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
 use super::gemm_pairs::{B32Pairs, K8Pairs};
 use super::gemm_k::{K4Tile, K6Tile, K8Panel};
+use super::packed_k4::{K4Packed, K8Row};
 use super::q8::ActBlock;
 use super::scalars::{Bf16Le, F16Le, F32Le};
 use super::{ActRow, GgmlType, QuantError};
@@ -87,6 +88,8 @@ mod x86_avx512_fill;
 mod x86_avx512_gemm;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512_pairs;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512_packed;
 
 /// An instruction set minfer has dot-product kernels for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -347,6 +350,29 @@ impl Kernels {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => t.k4_gemv_pairs(blocks, n_rows, pairs, out),
+            _ => false,
+        }
+    }
+
+    /// Whether these kernels multiply a repacked Q4_K matrix ([`K4Packed`]) by one token
+    /// ([`Kernels::k4_packed_gemv`]); where not, the matrix is not repacked at all.
+    pub fn has_packed_k4(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if let Backend::Avx512(_) = self.0 {
+            return true;
+        }
+        false
+    }
+
+    /// One token's product with the rows of groups `first..` of a repacked Q4_K matrix:
+    /// `out[i]` for row `16·first + i`, each bit-identical to [`Kernels::gemv`] of that row.
+    /// Returns `false`, writing nothing, where this ISA has no such kernel or the shapes do not
+    /// fit.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
+    pub fn k4_packed_gemv(&self, w: &K4Packed, first: usize, a: &K8Row, out: &mut [f32]) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.k4_packed_gemv(w, first, a, out),
             _ => false,
         }
     }

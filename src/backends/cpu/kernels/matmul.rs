@@ -23,6 +23,7 @@
 use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
 use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
 use crate::quants::gemm_pairs::{B32Pairs, K8Pairs, PAIR_TOKENS};
+use crate::quants::packed_k4::{K4Packed, K8Row};
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
     ActBlock, ActRow, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, GgmlType, QuantError, VecDot,
@@ -45,6 +46,9 @@ pub struct WeightMatrix<'a> {
     pub rows: usize,
     /// Input features.
     pub cols: usize,
+    /// A Q4_K matrix's rows repacked for the one-token product ([`K4Packed`]), where the
+    /// backend made one; the products of several tokens read `data`.
+    pub packed_k4: Option<&'a K4Packed>,
 }
 
 impl WeightMatrix<'_> {
@@ -227,6 +231,11 @@ fn matmul_with(
         return Ok(());
     }
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
+    if let (1, Some(packed)) = (tokens, w.packed_k4)
+        && multiply_packed_k4(pool, kernels, w, packed, &acts[0], bias, out)?
+    {
+        return Ok(());
+    }
     if (2..PAIRS_BELOW_TOKENS).contains(&tokens) && kernels.has_pairs() {
         let paired = match w.ty {
             GgmlType::Q5_0 => multiply_b32_pairs::<BlockQ5_0>(pool, kernels, w, &acts, bias, out)?,
@@ -455,6 +464,37 @@ fn multiply_b32_pairs<W: Block32Gemm + WeightBlock + Sync>(
     multiply_pairs(pool, w, acts, bias, out, layout, |b: &[W], n, g, o| kernels.b32_pairs(b, n, g, o))
 }
 
+/// One token's product with a repacked Q4_K matrix ([`Kernels::k4_packed_gemv`]), each worker
+/// a group of 16 rows at a time: the same bits as [`Kernels::gemv`] per row. `false`, writing
+/// nothing, where the ISA has no packed kernel or the copy does not match the matrix.
+fn multiply_packed_k4(
+    pool: &Pool,
+    kernels: Kernels,
+    w: &WeightMatrix,
+    packed: &K4Packed,
+    act: &ActRow,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+) -> Result<bool, QuantError> {
+    let per_row = w.cols / BlockQ4K::N;
+    // Only where llama.cpp multiplies in its gemv order (the packed kernel's order).
+    let gemv_order = BlockQ4K::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n));
+    let fits = kernels.has_packed_k4() && gemv_order && w.ty == GgmlType::Q4K && packed.rows == w.rows && packed.per_row == per_row;
+    let (true, ActRow::Q8K(y)) = (fits, act) else { return Ok(false) };
+    let row = K8Row::new(y);
+    let done = std::sync::atomic::AtomicBool::new(true);
+    pool.for_each_item_mut(out, LANES, |g, piece| {
+        if !kernels.k4_packed_gemv(packed, g, &row, piece) {
+            done.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    if !done.into_inner() {
+        return Err(QuantError::ActMismatch { weight: w.ty, expected: GgmlType::Q8K, got: act.act_type() });
+    }
+    add_bias(&mut [out], bias, 0);
+    Ok(true)
+}
+
 /// The product for weight blocks `W`, shapes already checked: `acts` is `[tokens]`, `out`
 /// `[tokens][rows]`.
 fn multiply<W>(
@@ -552,6 +592,7 @@ mod tests {
         for rows in [1, ROW_TILE - 1, ROW_TILE, ROW_TILE + 1, 3 * ROW_TILE + 5] {
             let data = q8_matrix(rows, cols);
             let w = WeightMatrix {
+                packed_k4: None,
                 ty: GgmlType::Q8_0,
                 data: &data,
                 rows,
@@ -579,6 +620,7 @@ mod tests {
     fn empty_shapes_are_fine_and_bad_ones_are_errors() {
         let pool = Pool::new(1).unwrap();
         let w = WeightMatrix {
+            packed_k4: None,
             ty: GgmlType::F32,
             data: &[],
             rows: 0,
@@ -589,6 +631,7 @@ mod tests {
         let err = matmul(&pool, &w, &[1.0; 8], Some(&[1.0]), &mut []).unwrap_err();
         assert_eq!(err, MatmulError::BiasLength { rows: 0, got: 1 });
         let w = WeightMatrix {
+            packed_k4: None,
             ty: GgmlType::F32,
             data: &[0; 16],
             rows: 1,

@@ -1,0 +1,90 @@
+//! x86-64 AVX-512 + VNNI gemv of a repacked Q4_K matrix ([`K4Packed`]) against one token: 16
+//! rows per register, every element bit-identical to
+//! [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k) (ggml's repacked gemv order).
+
+use std::arch::x86_64::*;
+
+use super::x86_avx512::Avx512;
+use crate::quants::gemm::LANES;
+use crate::quants::packed_k4::{K4Packed, K4PackedBlock, K8Row};
+
+/// Bytes ahead of the block being read that the kernel asks the memory for: the next block
+/// (`examples/k4_probe.rs`: 1 block ahead measured as good as none or 2, better than 4 or 8).
+const PREFETCH_AHEAD: usize = std::mem::size_of::<K4PackedBlock>();
+
+/// The 16 rows of one packed group against one token: per super-block the exact integers
+/// `dot` (`vpdpbusd` of nibbles and activation bytes per sub-block, times the scale with
+/// `vpmulld`) and `min` (`vpdpwssd` of the min pairs and `bsum` pairs), then the gemv's two
+/// FMAs per row; the result `acc - acc_min` per row.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn group_gemv(blocks: &[K4PackedBlock], a: &K8Row) -> __m512 {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let (mut acc, mut acc_min) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for ((b, y), bs) in blocks.iter().zip(a.y).zip(&a.bs) {
+        let ahead = (b as *const K4PackedBlock).cast::<i8>().wrapping_add(PREFETCH_AHEAD);
+        let mut off = 0;
+        while off < std::mem::size_of::<K4PackedBlock>() {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(off));
+            off += 64;
+        }
+        let mut dot = _mm512_setzero_si512();
+        for c in 0..4 {
+            // Two chains per nibble half (even and odd `t`), summed after: integer sums, so the
+            // order does not change a bit, and four chains hide `vpdpbusd`'s latency.
+            let mut lo = [_mm512_setzero_si512(); 2];
+            let mut hi = [_mm512_setzero_si512(); 2];
+            for t in 0..8 {
+                // SAFETY: `q[8c + t]` is 64 readable bytes, 64-aligned (`K4PackedBlock`).
+                let w = unsafe { _mm512_load_si512(b.q[8 * c + t].as_ptr().cast()) };
+                let at = 64 * c + 4 * t;
+                let word = |i: usize| i32::from_le_bytes([y.qs[i] as u8, y.qs[i + 1] as u8, y.qs[i + 2] as u8, y.qs[i + 3] as u8]);
+                lo[t % 2] = _mm512_dpbusd_epi32(lo[t % 2], _mm512_and_si512(w, m4), _mm512_set1_epi32(word(at)));
+                hi[t % 2] = _mm512_dpbusd_epi32(hi[t % 2], _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4), _mm512_set1_epi32(word(at + 32)));
+            }
+            let (lo, hi) = (_mm512_add_epi32(lo[0], lo[1]), _mm512_add_epi32(hi[0], hi[1]));
+            // SAFETY: `sc[j]` is 16 readable bytes; loadu needs no alignment.
+            let (sl, sh) = unsafe {
+                (_mm_loadu_si128(b.sc[2 * c].as_ptr().cast()), _mm_loadu_si128(b.sc[2 * c + 1].as_ptr().cast()))
+            };
+            dot = _mm512_add_epi32(dot, _mm512_mullo_epi32(lo, _mm512_cvtepu8_epi32(sl)));
+            dot = _mm512_add_epi32(dot, _mm512_mullo_epi32(hi, _mm512_cvtepu8_epi32(sh)));
+        }
+        let mut min = _mm512_setzero_si512();
+        for (pairs, &bsum) in b.m.iter().zip(bs) {
+            // SAFETY: each row of `m` is 32 readable bytes; loadu needs no alignment.
+            let m = unsafe { _mm256_loadu_si256(pairs.as_ptr().cast()) };
+            min = _mm512_dpwssd_epi32(min, _mm512_cvtepu8_epi16(m), _mm512_set1_epi32(bsum as i32));
+        }
+        // SAFETY: `d` and `dmin` are 16 readable f16 each; loadu needs no alignment.
+        let (d, dmin) = unsafe {
+            (_mm512_cvtph_ps(_mm256_loadu_si256(b.d.as_ptr().cast())), _mm512_cvtph_ps(_mm256_loadu_si256(b.dmin.as_ptr().cast())))
+        };
+        let da = _mm512_set1_ps(y.d);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, da), acc);
+        acc_min = _mm512_fmadd_ps(_mm512_cvtepi32_ps(min), _mm512_mul_ps(dmin, da), acc_min);
+    }
+    _mm512_sub_ps(acc, acc_min)
+}
+
+impl Avx512 {
+    /// `out[i]` for the rows of groups `first..` of `w` (`out` holds `16 · groups` rows or
+    /// fewer at the matrix's end): bit for bit
+    /// [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k) of each row against `a`. `false`, writing
+    /// nothing, where the shapes do not fit.
+    pub fn k4_packed_gemv(self, w: &K4Packed, first: usize, a: &K8Row, out: &mut [f32]) -> bool {
+        let n = w.per_row;
+        let start = first * LANES;
+        if a.y.len() != n || a.bs.len() != n || start + out.len() > w.rows || (first + out.len().div_ceil(LANES)) * n > w.blocks.len() {
+            return false;
+        }
+        for (i, o) in out.chunks_mut(LANES).enumerate() {
+            // SAFETY: an Avx512 token exists only where detection found every feature enabled.
+            let v = unsafe { group_gemv(w.group(first + i), a) };
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: `lanes` is 16 writable f32; storeu needs no alignment.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), v) };
+            o.copy_from_slice(&lanes[..o.len()]);
+        }
+        true
+    }
+}
