@@ -73,7 +73,7 @@ fn bench(c: &mut Criterion) {
         let ws: Vec<WeightMatrix> = copies
             .iter()
             .map(|d| WeightMatrix {
-                packed_k4: None,
+                packed: None,
                 ty,
                 data: d,
                 rows,

@@ -964,7 +964,7 @@ fn reference(spec: &Spec, s: &Setup, pool: &Pool, dot: DotIsa) -> Result<Vec<Vec
             let st = s.store.as_ref().unwrap();
             let w = st.matrix(m.weight).map_err(|e| err(&e))?;
             let bias = m.bias.map(weight_vec).transpose()?;
-            let wm = WeightMatrix { ty: w.ty, data: w.data, rows: w.rows, cols: w.cols, packed_k4: None };
+            let wm = WeightMatrix { ty: w.ty, data: w.data, rows: w.rows, cols: w.cols, packed: None };
             matmul_with_isa(pool, &wm, &s.f32s("x"), bias.as_deref(), &mut out, dot).map_err(|e| err(&e))?;
         }
         Spec::Embed { .. } => {

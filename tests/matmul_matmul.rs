@@ -78,7 +78,7 @@ fn matches_dequantized_f64_reference() {
         let cols = cols_for(ty);
         let data = matrix(&mut rng, ty, rows, cols);
         let w = WeightMatrix {
-            packed_k4: None,
+            packed: None,
             ty,
             data: &data,
             rows,
@@ -142,7 +142,7 @@ fn bit_identical_for_1_2_and_3_threads() {
         let cols = cols_for(ty);
         let data = matrix(&mut rng, ty, rows, cols);
         let w = WeightMatrix {
-            packed_k4: None,
+            packed: None,
             ty,
             data: &data,
             rows,
@@ -183,7 +183,7 @@ fn batches_equal_single_tokens_on_both_sides_of_the_tile_threshold() {
         for rows in [1, 37, 3 * minfer::backends::cpu::kernels::matmul::ROW_TILE + 1, 24, 48] {
             let data = matrix(&mut rng, ty, rows, cols);
             let w = WeightMatrix {
-                packed_k4: None,
+                packed: None,
                 ty,
                 data: &data,
                 rows,
@@ -214,7 +214,7 @@ fn active_isa_is_what_matmul_uses_and_scalar_equals_reference_dots() {
         let cols = cols_for(ty);
         let data = matrix(&mut rng, ty, rows, cols);
         let w = WeightMatrix {
-            packed_k4: None,
+            packed: None,
             ty,
             data: &data,
             rows,
@@ -259,7 +259,7 @@ fn repacked_types_use_the_gemv_order() {
         for rows in [16, 9] {
             let data = matrix(&mut rng, ty, rows, cols);
             let w = WeightMatrix {
-                packed_k4: None,
+                packed: None,
                 ty,
                 data: &data,
                 rows,
@@ -309,7 +309,7 @@ fn shape_errors_are_typed_not_panics() {
     let pool = Pool::new(1).unwrap();
     let data = vec![0u8; 2 * 34];
     let w = WeightMatrix {
-        packed_k4: None,
+        packed: None,
         ty: GgmlType::Q8_0,
         data: &data,
         rows: 2,

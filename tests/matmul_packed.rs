@@ -1,12 +1,22 @@
-//! The repacked Q4_K decode gemv (`quants::packed_k4`, AVX-512 VNNI) against its scalar twin
-//! `gemv::gemv_q4_k` (ggml's `ggml_gemv_q4_K_8x8_q8_K` order): every row bit-identical, for row
-//! counts that fill the 16-row groups and ones that leave the last group partly empty, one to
-//! several super-blocks per row, random, zero and all-ones blocks, and activations of every
-//! scale `matmul_gen` makes. Also the whole `matmul` path: a one-token product of a Q4_K matrix
-//! equals the same rows computed by `gemv_q4_k`, on every ISA this machine runs.
+//! The repacked decode products (AVX-512 VNNI) against their twins, every row bit-identical,
+//! for row counts that fill the 16-row groups and ones that leave the last group partly empty,
+//! one to several blocks per row, random, zero and all-ones blocks, and activations of every
+//! scale `matmul_gen` makes:
+//!
+//! * Q4_K (`quants::packed_k4`) against `gemv::gemv_q4_k` (ggml's `ggml_gemv_q4_K_8x8_q8_K`
+//!   order);
+//! * Q5_0 and Q8_0 (`quants::packed_b32`) against the x86 single-row `vec_dot` kernels
+//!   (`Kernels::dot`, checked against ggml's own in `matmul_dots.rs`) and against the scalar
+//!   reading of the packed layout, `b32_packed_scalar`.
+//!
+//! Also the whole `matmul` path: a one-token product with a packed copy equals the same rows
+//! computed row by row, on every ISA this machine runs.
 
 use minfer::backends::cpu::kernels::Pool;
 use minfer::backends::cpu::kernels::matmul::{WeightMatrix, matmul_with_isa};
+use minfer::quants::gemm::B32Panel;
+use minfer::quants::packed::PackedMatrix;
+use minfer::quants::packed_b32::{B32Packed, b32_packed_scalar};
 use minfer::quants::packed_k4::{K4Packed, K8Row};
 use minfer::quants::simd::{Isa, Kernels, supported_isas};
 use minfer::quants::*;
@@ -32,7 +42,7 @@ fn packed_rows_equal_the_gemv_twin_bit_for_bit() {
         eprintln!("no AVX-512 VNNI here: the packed kernel does not run (the matmul test below still checks the fallback)");
         return;
     };
-    assert!(kernels.has_packed_k4());
+    assert!(kernels.has_packed());
     let mut rng = Rng(0x4b34);
     for (rows, per_row) in [(16, 1), (8, 2), (24, 3), (48, 4), (40, 2), (64, 6)] {
         for _ in 0..4 {
@@ -85,10 +95,10 @@ fn one_token_q4k_products_follow_the_gemv_on_every_isa() {
         let a = q8k_row(&x);
         let per_row = cols / 256;
         let bytes: &[u8] = bytemuck::cast_slice(&w);
-        let packed = K4Packed::new(&w, rows, per_row).unwrap();
+        let packed = PackedMatrix::K4(K4Packed::new(&w, rows, per_row).unwrap());
         for isa in supported_isas() {
             for with_packed in [None, Some(&packed)] {
-                let m = WeightMatrix { ty: GgmlType::Q4K, data: bytes, rows, cols, packed_k4: with_packed };
+                let m = WeightMatrix { ty: GgmlType::Q4K, data: bytes, rows, cols, packed: with_packed };
                 let mut out = vec![f32::NAN; rows];
                 matmul_with_isa(&pool, &m, &x, None, &mut out, isa).unwrap();
                 for r in 0..rows {
@@ -108,4 +118,117 @@ fn one_token_q4k_products_follow_the_gemv_on_every_isa() {
 
 fn vec_dot_row_for(isa: Isa, row: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     minfer::quants::simd::vec_dot_isa(isa, row, a).unwrap()
+}
+
+/// A `[rows][cols]` matrix of `ty` from `matmul_gen` (random, zero and extreme blocks).
+fn matrix_bytes(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    (0..rows).flat_map(|_| weight_row(rng, ty, cols)).collect()
+}
+
+fn q8_0_row(x: &[f32]) -> Vec<BlockQ8_0> {
+    match ActRow::for_weight(GgmlType::Q8_0, x).unwrap() {
+        ActRow::Q8_0(a) => a,
+        other => panic!("Q8_0 activations expected, got {:?}", other.act_type()),
+    }
+}
+
+fn b32_packed<W: minfer::quants::packed_b32::Block32Pack>(bytes: &[u8], rows: usize, per_row: usize) -> (Vec<W>, B32Packed) {
+    let blocks: Vec<W> = blocks_of::<W>(bytes, rows * per_row * 32).unwrap().to_vec();
+    let packed = B32Packed::new(&blocks, rows, per_row).unwrap();
+    (blocks, packed)
+}
+
+fn check_b32_packed<W>(kernels: Kernels, seed: u32)
+where
+    W: minfer::quants::packed_b32::Block32Pack + minfer::quants::simd::SimdDot + VecDot<Act = BlockQ8_0>,
+ {
+    let ty = <W as WeightBlock>::TYPE;
+    let mut rng = Rng(seed);
+    for (rows, per_row) in [(16, 1), (8, 2), (24, 3), (48, 4), (40, 7), (128, 28)] {
+        for _ in 0..4 {
+            let bytes = matrix_bytes(&mut rng, ty, rows, per_row * 32);
+            let (w, packed) = b32_packed::<W>(&bytes, rows, per_row);
+            assert_eq!((packed.groups(), packed.bytes()), (rows.div_ceil(16), rows.div_ceil(16) * 16 * per_row * std::mem::size_of::<W>()));
+            let a = q8_0_row(&activations(&mut rng, per_row * 32));
+            let panel = B32Panel::new(vec![a.as_slice()], W::OFFSET);
+            let mut out = vec![f32::NAN; rows];
+            assert!(kernels.b32_packed_gemv(&packed, 0, &panel, &mut out));
+            let mut split = vec![f32::NAN; rows];
+            for (g, piece) in split.chunks_mut(16).enumerate() {
+                assert!(kernels.b32_packed_gemv(&packed, g, &panel, piece));
+                let twin = b32_packed_scalar(&packed, g, &panel).unwrap();
+                for (j, (got, want)) in piece.iter().zip(twin).enumerate() {
+                    assert_eq!(got.to_bits(), want.to_bits(), "{ty:?} twin, rows {rows} x {per_row} blocks, row {}", 16 * g + j);
+                }
+            }
+            for r in 0..rows {
+                let want = kernels.dot(&w[r * per_row..(r + 1) * per_row], &a);
+                assert_eq!(out[r].to_bits(), want.to_bits(), "{ty:?} rows {rows} x {per_row} blocks, row {r}: {} vs {want}", out[r]);
+                assert_eq!(split[r].to_bits(), want.to_bits(), "{ty:?} split, row {r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_q5_0_and_q8_0_rows_equal_vec_dot_bit_for_bit() {
+    let Ok(kernels) = Kernels::for_isa(Isa::Avx512) else {
+        eprintln!("no AVX-512 VNNI here: the packed kernels do not run (the matmul test below still checks the fallback)");
+        return;
+    };
+    assert!(kernels.has_packed());
+    check_b32_packed::<BlockQ5_0>(kernels, 0x5005);
+    check_b32_packed::<BlockQ8_0>(kernels, 0x8008);
+}
+
+#[test]
+fn packed_b32_bad_shapes_are_refused_and_write_nothing() {
+    let Ok(kernels) = Kernels::for_isa(Isa::Avx512) else { return };
+    let mut rng = Rng(11);
+    let bytes = matrix_bytes(&mut rng, GgmlType::Q5_0, 32, 64);
+    let blocks = blocks_of::<BlockQ5_0>(&bytes, 32 * 64).unwrap();
+    assert!(B32Packed::new(blocks, 32, 3).is_none());
+    assert!(B32Packed::new(blocks, 33, 2).is_none());
+    assert!(B32Packed::new(blocks, 0, 0).is_none());
+    let packed = B32Packed::new(blocks, 32, 2).unwrap();
+    let a = q8_0_row(&activations(&mut rng, 64));
+    let short = q8_0_row(&activations(&mut rng, 32));
+    let mut out = vec![1.5f32; 32];
+    let (good, short) = (B32Panel::new(vec![&a[..]], 16), B32Panel::new(vec![&short[..]], 16));
+    assert!(!kernels.b32_packed_gemv(&packed, 0, &short, &mut out));
+    assert!(!kernels.b32_packed_gemv(&packed, 1, &good, &mut out));
+    assert!(!kernels.b32_packed_gemv(&packed, 0, &good, &mut [0.0; 33]));
+    assert!(!kernels.b32_packed_gemv(&packed, 0, &B32Panel::new(vec![&a[..], &a[..]], 16), &mut out));
+    assert!(!kernels.b32_packed_gemv(&packed, 0, &B32Panel::default(), &mut out));
+    assert!(b32_packed_scalar(&packed, 2, &good).is_none());
+    assert!(b32_packed_scalar(&packed, 0, &short).is_none());
+    assert!(out.iter().all(|&x| x == 1.5));
+}
+
+#[test]
+fn one_token_q5_0_and_q8_0_products_follow_vec_dot_on_every_isa() {
+    let mut rng = Rng(0x3b32);
+    let pool = Pool::new(2).unwrap();
+    for ty in [GgmlType::Q5_0, GgmlType::Q8_0] {
+        for (rows, cols) in [(64, 512), (40, 96), (8, 32), (12, 64)] {
+            let bytes = matrix_bytes(&mut rng, ty, rows, cols);
+            let x = activations(&mut rng, cols);
+            let act = ActRow::for_weight(ty, &x).unwrap();
+            let packed = PackedMatrix::for_decode(ty, &bytes, rows, cols).unwrap().unwrap();
+            let row_bytes = bytes.len() / rows;
+            for isa in supported_isas() {
+                for with_packed in [None, Some(&packed)] {
+                    let m = WeightMatrix { ty, data: &bytes, rows, cols, packed: with_packed };
+                    let mut out = vec![f32::NAN; rows];
+                    let bias: Vec<f32> = (0..rows).map(|r| r as f32 * 0.25 - 3.0).collect();
+                    matmul_with_isa(&pool, &m, &x, Some(&bias), &mut out, isa).unwrap();
+                    for r in 0..rows {
+                        let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+                        let want = minfer::quants::simd::vec_dot_row_isa(isa, ty, row, &act).unwrap() + bias[r];
+                        assert_eq!(out[r].to_bits(), want.to_bits(), "{isa:?} {ty:?} {rows}x{cols} packed {} row {r}", with_packed.is_some());
+                    }
+                }
+            }
+        }
+    }
 }

@@ -64,7 +64,7 @@ fn check_model(model: &str, types: &[GgmlType]) {
     let mut rng = Rng(0x7e57_0001);
     for (name, ty, rows, cols, data) in pick(&file, types) {
         let w = WeightMatrix {
-            packed_k4: None,
+            packed: None,
             ty,
             data: &data,
             rows,

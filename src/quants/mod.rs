@@ -42,6 +42,8 @@ pub mod gemm;
 pub mod gemm_k;
 pub mod gemm_pairs;
 pub mod gemv;
+pub mod packed;
+pub mod packed_b32;
 pub mod packed_k4;
 pub mod q8;
 mod scalars;

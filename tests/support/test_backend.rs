@@ -567,7 +567,7 @@ impl TestBackend {
     }
 
     fn ctx<'a>(&'a self, weights: &'a StagedWeights) -> KernelCtx<'a> {
-        KernelCtx { weights: Some(weights as &dyn Weights), loaded: &self.loaded, packed_k4: &[], pool: Some(&self.pool), isa: self.isa }
+        KernelCtx { weights: Some(weights as &dyn Weights), loaded: &self.loaded, packed: &[], pool: Some(&self.pool), isa: self.isa }
     }
 
     fn run_node(&mut self, node: &CNode, w: &NodeWork) -> Result<(), GraphError> {

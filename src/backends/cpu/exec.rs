@@ -11,7 +11,7 @@ use super::kernels::kv_cache::{attention_dequantized, decode_row, encode_row, kv
 use super::kernels::matmul::{WeightMatrix, matmul, matmul_with_isa};
 use super::kernels::{self, AttnArgs, Isa, RopeCache};
 use crate::graph::{CNode, GraphError, KvType, NodeMeta, Op, RopeStyle, WeightId, WeightStore, WeightView};
-use crate::quants::packed_k4::K4Packed;
+use crate::quants::packed::PackedMatrix;
 use crate::workers::Pool;
 use std::sync::Arc;
 
@@ -65,8 +65,9 @@ pub struct KernelCtx<'a> {
     pub weights: Option<&'a dyn Weights>,
     /// `loaded[id]`: was weight `id` offered to this backend?
     pub loaded: &'a [bool],
-    /// `packed_k4[id]`: a repacked copy of Q4_K matrix `id`, where the backend made one.
-    pub packed_k4: &'a [Option<Arc<K4Packed>>],
+    /// `packed[id]`: a repacked copy of matrix `id` for one-token products, where the backend
+    /// made one.
+    pub packed: &'a [Option<Arc<PackedMatrix>>],
     pub pool: Option<&'a Pool>,
     pub isa: KernelIsa,
 }
@@ -220,8 +221,8 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
                 Some(b) => Some(cx.weights(node, b)?.vector(b)?),
                 None => None,
             };
-            let packed_k4 = cx.packed_k4.get(m.weight.0 as usize).and_then(Option::as_deref);
-            let w = WeightMatrix { ty: w.ty, data: w.data, rows: w.rows, cols: w.cols, packed_k4 };
+            let packed = cx.packed.get(m.weight.0 as usize).and_then(Option::as_deref);
+            let w = WeightMatrix { ty: w.ty, data: w.data, rows: w.rows, cols: w.cols, packed };
             let pool = cx.pool(node)?;
             match cx.isa {
                 KernelIsa::Detected => matmul(pool, &w, f(0)?, bias, out).map_err(kernel(node)),

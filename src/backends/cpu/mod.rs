@@ -20,12 +20,11 @@ use crate::graph::{
     Backend, BackendConfig, BackendImpl, BufferId, BufferUsage, CNode, Capabilities, DType, DeviceInfo, FusedOp, GraphError,
     MemoryStats, NodeWork, Op, OutOfMemory, SplitWork, TensorRef, Unavailable, WeightId, WeightStore, attn_operands, operands,
 };
-use crate::quants::packed_k4::K4Packed;
+use crate::quants::packed::PackedMatrix;
 use crate::quants::simd::Kernels;
-use crate::quants::{BlockQ4K, GgmlType, blocks_of, gemv::REPACK_ROWS};
 use crate::workers::Pool;
 
-/// Environment variable that turns the load-time Q4_K repacking off (`0`): one-token products
+/// Environment variable that turns the load-time repacking off (`0`): one-token products
 /// then read the file's blocks (A/B measurements; the answers are the same bits either way).
 pub const REPACK_ENV: &str = "MINFER_REPACK";
 
@@ -125,9 +124,9 @@ pub struct CpuBackend {
     weights: Option<Arc<WeightStore>>,
     /// `loaded[id]`: weight `id` was offered.
     loaded: Vec<bool>,
-    /// `packed_k4[id]`: Q4_K matrix `id` repacked for one-token products (see
-    /// [`K4Packed`]), where the kernels have a packed gemv.
-    packed_k4: Vec<Option<Arc<K4Packed>>>,
+    /// `packed[id]`: matrix `id` repacked for one-token products (see [`PackedMatrix`]),
+    /// where the kernels have packed products.
+    packed: Vec<Option<Arc<PackedMatrix>>>,
     pool: Option<Arc<Pool>>,
     isa: Option<KernelIsa>,
 }
@@ -189,34 +188,39 @@ impl CpuBackend {
         KernelCtx {
             weights: self.weights.as_deref().map(|w| w as &dyn exec::Weights),
             loaded: &self.loaded,
-            packed_k4: &self.packed_k4,
+            packed: &self.packed,
             pool: self.pool.as_deref(),
             isa: self.isa.unwrap_or(KernelIsa::Detected),
         }
     }
 
-    /// Repacks the decode matrices of Q4_K that llama.cpp repacks (rows a multiple of [`REPACK_ROWS`]: those
-    /// multiplied in its gemv order) for the one-token product, where the detected kernels have
-    /// a packed gemv and [`REPACK_ENV`] is not `0`. Each copy is made once per model
-    /// ([`WeightStore::prepared`]) and costs 148 bytes per 144 of the file's.
-    fn pack_q4k(&mut self, store: &WeightStore, ids: &[WeightId]) -> Result<(), GraphError> {
+    /// Repacks the matrices that one-token passes multiply (`ids`) where their type packs
+    /// ([`PackedMatrix::for_decode`]: Q4_K in llama.cpp's gemv order, Q5_0, Q8_0), the
+    /// detected kernels have packed products and [`REPACK_ENV`] is not `0`. Each copy is made
+    /// once per model ([`WeightStore::prepared`]) and costs about what the file's blocks cost
+    /// (148 bytes per 144 of Q4_K, the same for Q5_0 and Q8_0).
+    fn pack_for_decode(&mut self, store: &WeightStore, ids: &[WeightId]) -> Result<(), GraphError> {
         let off = std::env::var(REPACK_ENV).is_ok_and(|v| v == "0");
-        if off || self.isa == Some(KernelIsa::Scalar) || !Kernels::active().has_packed_k4() {
+        if off || self.isa == Some(KernelIsa::Scalar) || !Kernels::active().has_packed() {
             return Ok(());
         }
         for &id in ids {
             let Ok(w) = store.matrix(id) else { continue };
-            if w.ty != GgmlType::Q4K || !w.rows.is_multiple_of(REPACK_ROWS) || !w.cols.is_multiple_of(256) {
-                continue;
+            let mut failed = None;
+            let packed = store.prepared(id, || {
+                PackedMatrix::for_decode(w.ty, w.data, w.rows, w.cols).unwrap_or_else(|e| {
+                    failed = Some(e);
+                    None
+                })
+            });
+            if let Some(source) = failed {
+                return Err(GraphError::Weight { name: store.name(id).to_string(), source });
             }
-            let blocks = blocks_of::<BlockQ4K>(w.data, w.rows * w.cols)
-                .map_err(|source| GraphError::Weight { name: store.name(id).to_string(), source })?;
-            let packed = store.prepared(id, || K4Packed::new(blocks, w.rows, w.cols / 256));
             let i = id.0 as usize;
-            if self.packed_k4.len() <= i {
-                self.packed_k4.resize(i + 1, None);
+            if self.packed.len() <= i {
+                self.packed.resize(i + 1, None);
             }
-            self.packed_k4[i] = packed;
+            self.packed[i] = packed;
         }
         Ok(())
     }
@@ -359,7 +363,7 @@ impl BackendImpl for CpuBackend {
 
     fn memory(&self) -> MemoryStats {
         // The repacked copies are the only weight bytes the CPU holds beside the map.
-        let weight_bytes = self.packed_k4.iter().flatten().map(|p| p.bytes()).sum();
+        let weight_bytes = self.packed.iter().flatten().map(|p| p.bytes()).sum();
         MemoryStats { capacity: self.cap, weight_bytes, ..self.stats }
     }
 
@@ -406,7 +410,7 @@ impl BackendImpl for CpuBackend {
     }
 
     fn prepare_decode_matrices(&mut self, store: &Arc<WeightStore>, ids: &[WeightId]) -> Result<(), GraphError> {
-        self.pack_q4k(store, ids)
+        self.pack_for_decode(store, ids)
     }
 
     fn compute(&mut self, split: &SplitWork) -> Result<(), GraphError> {

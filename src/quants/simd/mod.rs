@@ -69,6 +69,7 @@ use super::dot::VecDot;
 use super::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
 use super::gemm_pairs::{B32Pairs, K8Pairs};
 use super::gemm_k::{K4Tile, K6Tile, K8Panel};
+use super::packed_b32::B32Packed;
 use super::packed_k4::{K4Packed, K8Row};
 use super::q8::ActBlock;
 use super::scalars::{Bf16Le, F16Le, F32Le};
@@ -354,9 +355,10 @@ impl Kernels {
         }
     }
 
-    /// Whether these kernels multiply a repacked Q4_K matrix ([`K4Packed`]) by one token
-    /// ([`Kernels::k4_packed_gemv`]); where not, the matrix is not repacked at all.
-    pub fn has_packed_k4(&self) -> bool {
+    /// Whether these kernels multiply repacked matrices ([`K4Packed`], [`B32Packed`]) by one
+    /// token ([`Kernels::k4_packed_gemv`], [`Kernels::b32_packed_gemv`]); where not, no matrix
+    /// is repacked at all.
+    pub fn has_packed(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         if let Backend::Avx512(_) = self.0 {
             return true;
@@ -373,6 +375,19 @@ impl Kernels {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => t.k4_packed_gemv(w, first, a, out),
+            _ => false,
+        }
+    }
+
+    /// One token's product with the rows of groups `first..` of a repacked Q5_0 or Q8_0
+    /// matrix, the token as a one-token [`B32Panel`] for the matrix's offset: `out[i]` for row
+    /// `16·first + i`, each bit-identical to [`Kernels::dot`] of that row. Returns `false`,
+    /// writing nothing, where this ISA has no such kernel or the shapes do not fit.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
+    pub fn b32_packed_gemv(&self, w: &B32Packed, first: usize, panel: &B32Panel, out: &mut [f32]) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.b32_packed_gemv(w, first, panel, out),
             _ => false,
         }
     }

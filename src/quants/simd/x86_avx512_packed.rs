@@ -1,15 +1,17 @@
-//! x86-64 AVX-512 + VNNI gemv of a repacked Q4_K matrix ([`K4Packed`]) against one token: 16
-//! rows per register, every element bit-identical to
-//! [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k) (ggml's repacked gemv order).
+//! x86-64 AVX-512 + VNNI products of repacked matrices against one token, 16 rows per
+//! register: Q4_K ([`K4Packed`]), every element bit-identical to
+//! [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k) (ggml's repacked gemv order), and Q5_0 /
+//! Q8_0 ([`B32Packed`]), bit-identical to the single-row `vec_dot` kernels.
 
 use std::arch::x86_64::*;
 
 use super::x86_avx512::Avx512;
-use crate::quants::gemm::LANES;
+use crate::quants::gemm::{B32Panel, LANES};
+use crate::quants::packed_b32::{B32Packed, Line};
 use crate::quants::packed_k4::{K4Packed, K4PackedBlock, K8Row};
 
 /// Bytes ahead of the block being read that the kernel asks the memory for: the next block
-/// (`examples/k4_probe.rs`: 1 block ahead measured as good as none or 2, better than 4 or 8).
+/// (`examples/packed_probe.rs`: 1 block ahead measured as good as none or 2, better than 4 or 8).
 const PREFETCH_AHEAD: usize = std::mem::size_of::<K4PackedBlock>();
 
 /// The 16 rows of one packed group against one token: per super-block the exact integers
@@ -66,7 +68,90 @@ fn group_gemv(blocks: &[K4PackedBlock], a: &K8Row) -> __m512 {
     _mm512_sub_ps(acc, acc_min)
 }
 
+/// One 64-byte line as a register.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn ld_line(l: &Line) -> __m512i {
+    // SAFETY: a `Line` is 64 readable bytes, 64-aligned.
+    unsafe { _mm512_load_si512(l.0.as_ptr().cast()) }
+}
+
+/// The 16 rows of group `g` against one token: per block, lane `k` of 16 rows is
+/// `corr_k + vpdpbusd(u_k, a[4k..4k+4])` (`u_k` from the packed lines, with Q5_0's fifth bits
+/// added under their masks), then `acc[k] = fma(d_w·d_a, lane, acc[k])`; the result per row is
+/// `hsum_float_8` of its 8 lanes. `Q5` says which layout `w` has (checked by the caller).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn b32_group_gemv<const Q5: bool>(w: &B32Packed, g: usize, panel: &B32Panel) -> __m512 {
+    let n = w.per_row;
+    let (y, corr, da) = (&panel.acts[0][..n], &panel.corr[0][..n], &panel.da[0][..n]);
+    let lines = if Q5 { 4 } else { 8 };
+    let q = &w.q[g * n * lines..][..n * lines];
+    let d = &w.d[g * n..][..n];
+    let high: &[Line] = if Q5 { &w.high[g * n..][..n] } else { &[] };
+    let m4 = _mm512_set1_epi8(0x0f);
+    let sixteen = _mm512_set1_epi8(16);
+    let mut acc = [_mm512_setzero_ps(); 8];
+    for b in 0..n {
+        // SAFETY: `d[b]` is 16 readable f16; loadu needs no alignment.
+        let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(d[b].as_ptr().cast()) });
+        let dd = _mm512_mul_ps(dw, _mm512_set1_ps(da[b]));
+        let mut u = [_mm512_setzero_si512(); 8];
+        if Q5 {
+            let masks = high[b].0.as_ptr().cast::<u64>();
+            // SAFETY: a `Line` is 64 readable bytes, 64-aligned: eight aligned u64 (x86 is
+            // little-endian, as the masks are stored).
+            let mask = |k: usize| unsafe { masks.add(k).read() };
+            for j in 0..4 {
+                let v = ld_line(&q[b * 4 + j]);
+                let (lo, hi) = (_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
+                u[j] = _mm512_mask_add_epi8(lo, mask(j), lo, sixteen);
+                u[j + 4] = _mm512_mask_add_epi8(hi, mask(j + 4), hi, sixteen);
+            }
+        } else {
+            for (k, uk) in u.iter_mut().enumerate() {
+                *uk = ld_line(&q[b * 8 + k]);
+            }
+        }
+        for k in 0..8 {
+            let x = _mm512_set1_epi32(i32::from_le_bytes(std::array::from_fn(|i| y[b].qs[4 * k + i] as u8)));
+            let lane = _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[b][k]), u[k], x);
+            acc[k] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(lane), acc[k]);
+        }
+    }
+    _mm512_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
+        _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])),
+    )
+}
+
 impl Avx512 {
+    /// `out[i]` for the rows of groups `first..` of `w` (`out` holds `16 · groups` rows or
+    /// fewer at the matrix's end) against the one token of `panel`: bit for bit the
+    /// single-row `vec_dot` of each row. `false`, writing nothing, where the shapes do not fit.
+    pub fn b32_packed_gemv(self, w: &B32Packed, first: usize, panel: &B32Panel, out: &mut [f32]) -> bool {
+        let n = w.per_row;
+        let len = |v: Option<usize>| v == Some(n);
+        let token_fits = panel.acts.len() == 1
+            && len(panel.acts.first().map(|a| a.len()))
+            && len(panel.corr.first().map(Vec::len))
+            && len(panel.da.first().map(Vec::len));
+        if !token_fits || !w.consistent() || first * LANES + out.len() > w.rows {
+            return false;
+        }
+        for (i, o) in out.chunks_mut(LANES).enumerate() {
+            // SAFETY: an Avx512 token exists only where detection found every feature enabled;
+            // `consistent` and the row check above keep every slice in bounds.
+            let v = unsafe {
+                if w.high.is_empty() { b32_group_gemv::<false>(w, first + i, panel) } else { b32_group_gemv::<true>(w, first + i, panel) }
+            };
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: `lanes` is 16 writable f32; storeu needs no alignment.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), v) };
+            o.copy_from_slice(&lanes[..o.len()]);
+        }
+        true
+    }
+
     /// `out[i]` for the rows of groups `first..` of `w` (`out` holds `16 · groups` rows or
     /// fewer at the matrix's end): bit for bit
     /// [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k) of each row against `a`. `false`, writing

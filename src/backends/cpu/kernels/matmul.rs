@@ -23,11 +23,12 @@
 use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
 use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
 use crate::quants::gemm_pairs::{B32Pairs, K8Pairs, PAIR_TOKENS};
-use crate::quants::packed_k4::{K4Packed, K8Row};
+use crate::quants::packed::PackedMatrix;
+use crate::quants::packed_k4::K8Row;
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
     ActBlock, ActRow, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, GgmlType, QuantError, VecDot,
-    WeightBlock, blocks_of,
+    WeightBlock, blocks_of, vec_dot_type,
 };
 
 use super::Pool;
@@ -46,9 +47,9 @@ pub struct WeightMatrix<'a> {
     pub rows: usize,
     /// Input features.
     pub cols: usize,
-    /// A Q4_K matrix's rows repacked for the one-token product ([`K4Packed`]), where the
-    /// backend made one; the products of several tokens read `data`.
-    pub packed_k4: Option<&'a K4Packed>,
+    /// The matrix repacked for the one-token product ([`PackedMatrix`]), where the backend
+    /// made a copy; the products of several tokens read `data`.
+    pub packed: Option<&'a PackedMatrix>,
 }
 
 impl WeightMatrix<'_> {
@@ -231,10 +232,10 @@ fn matmul_with(
         return Ok(());
     }
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
-    if let (1, Some(packed)) = (tokens, w.packed_k4)
-        && multiply_packed_k4(pool, kernels, w, packed, &acts[0], bias, out)?
-    {
-        return Ok(());
+    if let (1, Some(packed)) = (tokens, w.packed) {
+        if multiply_packed(pool, kernels, w, packed, &acts[0], bias, out)? {
+            return Ok(());
+        }
     }
     if (2..PAIRS_BELOW_TOKENS).contains(&tokens) && kernels.has_pairs() {
         let paired = match w.ty {
@@ -464,35 +465,53 @@ fn multiply_b32_pairs<W: Block32Gemm + WeightBlock + Sync>(
     multiply_pairs(pool, w, acts, bias, out, layout, |b: &[W], n, g, o| kernels.b32_pairs(b, n, g, o))
 }
 
-/// One token's product with a repacked Q4_K matrix ([`Kernels::k4_packed_gemv`]), each worker
-/// a group of 16 rows at a time: the same bits as [`Kernels::gemv`] per row. `false`, writing
-/// nothing, where the ISA has no packed kernel or the copy does not match the matrix.
-fn multiply_packed_k4(
+/// One token's product with a repacked copy, each worker a group of 16 rows at a time:
+/// Q4_K through [`Kernels::k4_packed_gemv`] (the bits of [`Kernels::gemv`] per row), Q5_0 and
+/// Q8_0 through [`Kernels::b32_packed_gemv`] (the bits of [`Kernels::dot`]). `false`, writing
+/// nothing, where the ISA has no packed kernels or the copy does not match the matrix.
+fn multiply_packed(
     pool: &Pool,
     kernels: Kernels,
     w: &WeightMatrix,
-    packed: &K4Packed,
+    packed: &PackedMatrix,
     act: &ActRow,
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) -> Result<bool, QuantError> {
-    let per_row = w.cols / BlockQ4K::N;
-    // Only where llama.cpp multiplies in its gemv order (the packed kernel's order).
+    if !kernels.has_packed() {
+        return Ok(false);
+    }
+    let per_row = w.cols / w.ty.block_size();
+    // Q4_K only where llama.cpp multiplies in its gemv order (the packed kernel's order).
     let gemv_order = BlockQ4K::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n));
-    let fits = kernels.has_packed_k4() && gemv_order && w.ty == GgmlType::Q4K && packed.rows == w.rows && packed.per_row == per_row;
-    let (true, ActRow::Q8K(y)) = (fits, act) else { return Ok(false) };
-    let row = K8Row::new(y);
-    let done = std::sync::atomic::AtomicBool::new(true);
-    pool.for_each_item_mut(out, LANES, |g, piece| {
-        if !kernels.k4_packed_gemv(packed, g, &row, piece) {
-            done.store(false, std::sync::atomic::Ordering::Relaxed);
+    let ran = match (packed, act) {
+        (PackedMatrix::K4(p), ActRow::Q8K(y)) if gemv_order && w.ty == GgmlType::Q4K && p.rows == w.rows && p.per_row == per_row => {
+            let row = K8Row::new(y);
+            each_group(pool, out, |g, piece| kernels.k4_packed_gemv(p, g, &row, piece))
         }
-    });
-    if !done.into_inner() {
-        return Err(QuantError::ActMismatch { weight: w.ty, expected: GgmlType::Q8K, got: act.act_type() });
+        (PackedMatrix::B32(p), ActRow::Q8_0(y)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => {
+            let panel = B32Panel::new(vec![y.as_slice()], p.offset);
+            each_group(pool, out, |g, piece| kernels.b32_packed_gemv(p, g, &panel, piece))
+        }
+        _ => return Ok(false),
+    };
+    if !ran {
+        return Err(QuantError::ActMismatch { weight: w.ty, expected: vec_dot_type(w.ty)?, got: act.act_type() });
     }
     add_bias(&mut [out], bias, 0);
     Ok(true)
+}
+
+/// Runs `gemv(g, piece)` on the pool for every 16-row group `g` of `out` (`piece` its rows);
+/// whether every call took its piece.
+fn each_group(pool: &Pool, out: &mut [f32], gemv: impl Fn(usize, &mut [f32]) -> bool + Sync) -> bool {
+    let done = std::sync::atomic::AtomicBool::new(true);
+    pool.for_each_item_mut(out, LANES, |g, piece| {
+        if !gemv(g, piece) {
+            done.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    done.into_inner()
 }
 
 /// The product for weight blocks `W`, shapes already checked: `acts` is `[tokens]`, `out`
@@ -592,7 +611,7 @@ mod tests {
         for rows in [1, ROW_TILE - 1, ROW_TILE, ROW_TILE + 1, 3 * ROW_TILE + 5] {
             let data = q8_matrix(rows, cols);
             let w = WeightMatrix {
-                packed_k4: None,
+                packed: None,
                 ty: GgmlType::Q8_0,
                 data: &data,
                 rows,
@@ -620,7 +639,7 @@ mod tests {
     fn empty_shapes_are_fine_and_bad_ones_are_errors() {
         let pool = Pool::new(1).unwrap();
         let w = WeightMatrix {
-            packed_k4: None,
+            packed: None,
             ty: GgmlType::F32,
             data: &[],
             rows: 0,
@@ -631,7 +650,7 @@ mod tests {
         let err = matmul(&pool, &w, &[1.0; 8], Some(&[1.0]), &mut []).unwrap_err();
         assert_eq!(err, MatmulError::BiasLength { rows: 0, got: 1 });
         let w = WeightMatrix {
-            packed_k4: None,
+            packed: None,
             ty: GgmlType::F32,
             data: &[0; 16],
             rows: 1,
