@@ -232,10 +232,10 @@ fn matmul_with(
         return Ok(());
     }
     let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
-    if let (1, Some(packed)) = (tokens, w.packed) {
-        if multiply_packed(pool, kernels, w, packed, &acts[0], bias, out)? {
-            return Ok(());
-        }
+    if let (1, Some(packed)) = (tokens, w.packed)
+        && multiply_packed(pool, kernels, w, packed, &acts[0], bias, out)?
+    {
+        return Ok(());
     }
     if (2..PAIRS_BELOW_TOKENS).contains(&tokens) && kernels.has_pairs() {
         let paired = match w.ty {
