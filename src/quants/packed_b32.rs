@@ -111,8 +111,6 @@ pub struct B32Packed {
     pub d: Vec<[F16Le; LANES]>,
     pub rows: usize,
     pub per_row: usize,
-    /// [`Block32Gemm::OFFSET`] of the type.
-    pub offset: i32,
 }
 
 impl B32Packed {
@@ -136,12 +134,22 @@ impl B32Packed {
                 d[gb][r] = blk.scale();
             }
         }
-        Some(B32Packed { ty: <W as WeightBlock>::TYPE, q, high, d, rows, per_row, offset: W::OFFSET })
+        Some(B32Packed { ty: <W as WeightBlock>::TYPE, q, high, d, rows, per_row })
     }
 
-    /// Lines of quants per slot (4 for Q5_0, 8 for Q8_0).
+    /// Whether this is the Q5_0 layout (nibbles and masks); else Q8_0's bytes.
+    pub fn is_q5(&self) -> bool {
+        self.ty == GgmlType::Q5_0
+    }
+
+    /// Lines of quants per slot ([`Block32Pack::LINES`] of the type).
     pub fn lines(&self) -> usize {
-        if self.high.is_empty() { 8 } else { 4 }
+        if self.is_q5() { BlockQ5_0::LINES } else { BlockQ8_0::LINES }
+    }
+
+    /// The type's [`Block32Gemm::OFFSET`], for the activations' corrections ([`B32Panel`]).
+    pub fn offset(&self) -> i32 {
+        if self.is_q5() { BlockQ5_0::OFFSET } else { BlockQ8_0::OFFSET }
     }
 
     /// Groups of [`LANES`] rows.
@@ -158,14 +166,14 @@ impl B32Packed {
     /// before it reads).
     pub fn consistent(&self) -> bool {
         let slots = self.groups() * self.per_row;
-        let high = if self.ty == GgmlType::Q5_0 { slots } else { 0 };
+        let high = if self.is_q5() { slots } else { 0 };
         self.q.len() == slots * self.lines() && self.high.len() == high && self.d.len() == slots
     }
 
     /// The unsigned quants of value `4k + i` of lane `r` in slot `gb` (the scalar reading of
     /// the layout).
     fn quant(&self, gb: usize, r: usize, k: usize, i: usize) -> u8 {
-        if self.high.is_empty() {
+        if !self.is_q5() {
             return self.q[gb * 8 + k].0[4 * r + i];
         }
         let byte = self.q[gb * 4 + k % 4].0[4 * r + i];

@@ -14,10 +14,21 @@ use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES, k6_write};
 /// Activation bytes `4g..4g+4` of `qs`, broadcast to 16 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn bcast4(qs: &[i8], g: usize) -> __m512i {
+pub(super) fn bcast4(qs: &[i8], g: usize) -> __m512i {
     let four = &qs[4 * g..4 * g + 4];
     // SAFETY: `four` is 4 readable bytes; read_unaligned needs no alignment.
     _mm512_set1_epi32(unsafe { four.as_ptr().cast::<i32>().read_unaligned() })
+}
+
+/// `hsum_float_8` of 16 rows at once: `acc[k]` holds lane `k` of each row, summed
+/// `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))` as ggml's `hsum_float_8`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) fn hsum_lanes8(acc: &[__m512; 8]) -> __m512 {
+    _mm512_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
+        _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])),
+    )
 }
 
 /// Tokens per [`b32_step`].
@@ -65,11 +76,7 @@ fn b32_step<const T: usize>(
         }
     }
     for (t, acc) in acc.iter().enumerate() {
-        let a = |k: usize| acc[k];
-        let sum = _mm512_add_ps(
-            _mm512_add_ps(_mm512_add_ps(a(0), a(4)), _mm512_add_ps(a(2), a(6))),
-            _mm512_add_ps(_mm512_add_ps(a(1), a(5)), _mm512_add_ps(a(3), a(7))),
-        );
+        let sum = hsum_lanes8(acc);
         let o = &mut out[t0 + t][v * LANES..(v + 1) * LANES];
         // SAFETY: o is 16 f32.
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), sum) };

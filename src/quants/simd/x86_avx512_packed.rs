@@ -6,6 +6,7 @@
 use std::arch::x86_64::*;
 
 use super::x86_avx512::Avx512;
+use super::x86_avx512_gemm::{bcast4, hsum_lanes8};
 use crate::quants::gemm::{B32Panel, LANES};
 use crate::quants::packed_b32::{B32Packed, Line};
 use crate::quants::packed_k4::{K4Packed, K4PackedBlock, K8Row};
@@ -84,7 +85,7 @@ fn ld_line(l: &Line) -> __m512i {
 fn b32_group_gemv<const Q5: bool>(w: &B32Packed, g: usize, panel: &B32Panel) -> __m512 {
     let n = w.per_row;
     let (y, corr, da) = (&panel.acts[0][..n], &panel.corr[0][..n], &panel.da[0][..n]);
-    let lines = if Q5 { 4 } else { 8 };
+    let lines = w.lines();
     let q = &w.q[g * n * lines..][..n * lines];
     let d = &w.d[g * n..][..n];
     let high: &[Line] = if Q5 { &w.high[g * n..][..n] } else { &[] };
@@ -113,15 +114,11 @@ fn b32_group_gemv<const Q5: bool>(w: &B32Packed, g: usize, panel: &B32Panel) -> 
             }
         }
         for k in 0..8 {
-            let x = _mm512_set1_epi32(i32::from_le_bytes(std::array::from_fn(|i| y[b].qs[4 * k + i] as u8)));
-            let lane = _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[b][k]), u[k], x);
+            let lane = _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[b][k]), u[k], bcast4(&y[b].qs, k));
             acc[k] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(lane), acc[k]);
         }
     }
-    _mm512_add_ps(
-        _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6])),
-        _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7])),
-    )
+    hsum_lanes8(&acc)
 }
 
 impl Avx512 {
@@ -142,7 +139,7 @@ impl Avx512 {
             // SAFETY: an Avx512 token exists only where detection found every feature enabled;
             // `consistent` and the row check above keep every slice in bounds.
             let v = unsafe {
-                if w.high.is_empty() { b32_group_gemv::<false>(w, first + i, panel) } else { b32_group_gemv::<true>(w, first + i, panel) }
+                if w.is_q5() { b32_group_gemv::<true>(w, first + i, panel) } else { b32_group_gemv::<false>(w, first + i, panel) }
             };
             let mut lanes = [0.0f32; LANES];
             // SAFETY: `lanes` is 16 writable f32; storeu needs no alignment.

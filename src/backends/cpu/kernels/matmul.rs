@@ -490,7 +490,7 @@ fn multiply_packed(
             each_group(pool, out, |g, piece| kernels.k4_packed_gemv(p, g, &row, piece))
         }
         (PackedMatrix::B32(p), ActRow::Q8_0(y)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => {
-            let panel = B32Panel::new(vec![y.as_slice()], p.offset);
+            let panel = B32Panel::new(vec![y.as_slice()], p.offset());
             each_group(pool, out, |g, piece| kernels.b32_packed_gemv(p, g, &panel, piece))
         }
         _ => return Ok(false),
