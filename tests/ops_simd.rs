@@ -168,6 +168,27 @@ fn dot() {
     }
 }
 
+/// Attention arguments without a window, `(head_dim, n_head, n_head_kv)` given.
+fn attn_args<'a>(
+    q: &'a [f32],
+    k_cache: &'a [f32],
+    v_cache: &'a [f32],
+    positions: &'a [i32],
+    (head_dim, n_head, n_head_kv): (usize, usize, usize),
+) -> AttnArgs<'a> {
+    AttnArgs {
+        q,
+        k_cache,
+        v_cache,
+        positions,
+        n_head,
+        n_head_kv,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+    }
+}
+
 #[test]
 fn attention() {
     let pool = Pool::new(2).unwrap();
@@ -178,23 +199,42 @@ fn attention() {
         let (kc, vc) = (rng(30, n_ctx * w, 2.0), rng(31, n_ctx * w, 2.0));
         let positions = [0, 1, 15, 16, 63, 64, 65, 127, 149];
         let q = rng(32, positions.len() * nh * hd, 2.0);
-        let args = AttnArgs {
-            q: &q,
-            k_cache: &kc,
-            v_cache: &vc,
-            positions: &positions,
-            n_head: nh,
-            n_head_kv: nkv,
-            head_dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-            window: None,
-        };
+        let args = attn_args(&q, &kc, &vc, &positions, (hd, nh, nkv));
         let mut want = vec![0.0; q.len()];
         kernels::attention_with(Isa::Scalar, &pool, &args, &mut want).unwrap();
         for isa in others() {
             let mut got = vec![0.0; q.len()];
             kernels::attention_with(isa, &pool, &args, &mut got).unwrap();
             assert_eq!(bits(&got), bits(&want), "{isa:?} hd {hd}");
+        }
+    }
+}
+
+/// A prefill of 100 tokens at depth 600 runs in tiles of several queries sharing each K and V
+/// chunk; every query still gets the scalar kernels' bits, for any thread count.
+#[test]
+fn attention_tiles_at_depth() {
+    for (hd, nh, nkv) in [(64usize, 14usize, 2usize), (128, 16, 8), (80, 4, 2)] {
+        let n_ctx = 700;
+        let w = nkv * hd;
+        let (kc, vc) = (rng(40, n_ctx * w, 2.0), rng(41, n_ctx * w, 2.0));
+        let positions: Vec<i32> = (600..700).collect();
+        let q = rng(42, positions.len() * nh * hd, 2.0);
+        let args = attn_args(&q, &kc, &vc, &positions, (hd, nh, nkv));
+        let mut want = vec![0.0; q.len()];
+        kernels::attention_with(Isa::Scalar, &Pool::new(1).unwrap(), &args, &mut want).unwrap();
+        // The last token alone (a decode step) is the last row of the prefill.
+        let last = AttnArgs { q: &q[q.len() - nh * hd..], positions: &positions[99..], ..args };
+        let mut one = vec![0.0; nh * hd];
+        kernels::attention_with(Isa::Scalar, &Pool::new(2).unwrap(), &last, &mut one).unwrap();
+        assert_eq!(bits(&one), bits(&want[q.len() - nh * hd..]), "decode vs prefill hd {hd}");
+        for threads in [1, 2, 3] {
+            let pool = Pool::new(threads).unwrap();
+            for isa in std::iter::once(Isa::Scalar).chain(others()) {
+                let mut got = vec![0.0; q.len()];
+                kernels::attention_with(isa, &pool, &args, &mut got).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{isa:?} hd {hd} threads {threads}");
+            }
         }
     }
 }

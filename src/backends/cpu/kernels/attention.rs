@@ -25,7 +25,7 @@
 //! (llama.cpp's own batched path runs `kqv` through llamafile's sgemm and is not batch
 //! invariant; minfer follows its single-token path for every batch size.)
 
-use super::dot::{DOT_STEP, dot_rows_k, fma_rows_k};
+use super::dot::{DOT_STEP, SlotSum, dot_rows_k, fma_rows_group_k};
 use super::error::{OpsError, check_len, rows_of};
 use super::isa::{Isa, Kernels};
 use crate::workers::Pool;
@@ -78,6 +78,12 @@ pub fn attention(pool: &Pool, args: &AttnArgs, out: &mut [f32]) -> Result<(), Op
 }
 
 /// [`attention`] with the kernels of `isa` (or the best supported below it); same result.
+///
+/// Work is split into tiles of queries that share their KV head: `tokens` consecutive tokens
+/// times `heads` query heads of one KV group (see [`Tiling`]). A tile reads each chunk of K
+/// and V cells once for all its queries, while it is in the core's cache, instead of once
+/// per query; every query is still computed whole, by the same operations in the same order,
+/// whatever tile it falls in.
 pub fn attention_with(
     isa: Isa,
     pool: &Pool,
@@ -87,10 +93,29 @@ pub fn attention_with(
     let g = Geometry::check(args)?;
     check_len("attention output", args.q.len(), out.len())?;
     let k = isa.kernels();
-    pool.for_each_item_mut(out, g.hd, |item, piece| {
-        let (t, h) = (item / args.n_head, item % args.n_head);
-        head(k, args, &g, t, h, piece);
-    });
+    let nt = args.positions.len();
+    let tiling = Tiling::new(nt, &g, args.n_head_kv, pool.n_threads());
+    let item_len = tiling.tokens * tiling.heads * g.hd;
+    let run = |scratch: &mut TileScratch, item: usize, piece: &mut [f32]| {
+        tile(k, args, &g, &tiling, item, piece, scratch);
+    };
+    if tiling.tokens == 1 {
+        // One token per tile: tiles are laid out as `out` is ([t][kv head][sub-group][head]).
+        pool.for_each_item_mut_with(out, item_len, TileScratch::default, run);
+        return Ok(());
+    }
+    // Several tokens per tile: tiles write [block][kv head][sub-group][token][head][hd], then
+    // their rows go to their places in `out`.
+    let n_items = tiling.n_items(nt, args.n_head_kv);
+    let mut tiles = vec![0.0f32; n_items * item_len];
+    pool.for_each_item_mut_with(&mut tiles, item_len, TileScratch::default, run);
+    let width = args.n_head * g.hd;
+    for (item, piece) in tiles.chunks_exact(item_len).enumerate() {
+        let (t0, h0) = tiling.origin(item, args.n_head_kv, g.group);
+        for (tt, rows) in piece.chunks_exact(tiling.heads * g.hd).enumerate().take(nt.saturating_sub(t0)) {
+            out[(t0 + tt) * width + h0 * g.hd..][..rows.len()].copy_from_slice(rows);
+        }
+    }
     Ok(())
 }
 
@@ -137,34 +162,153 @@ impl Geometry {
     }
 }
 
-/// One (token, head): scores, softmax, weighted sum of V, into `out` (`head_dim` values).
-fn head(k: Kernels, a: &AttnArgs, g: &Geometry, t: usize, h: usize, out: &mut [f32]) {
+/// How [`attention_with`] groups queries into tiles: `tokens` consecutive tokens times `heads`
+/// consecutive query heads of one KV group (`heads` divides the group). Items run
+/// block-major: item `i` is token block `i / (n_head_kv * subs)`, KV head
+/// `(i / subs) % n_head_kv`, sub-group `i % subs`.
+struct Tiling {
+    tokens: usize,
+    heads: usize,
+    /// `group / heads`.
+    subs: usize,
+}
+
+/// About how many queries a tile holds: enough to read each K and V chunk once for many of
+/// them, few enough that their score rows and slot sums stay near the core.
+const TILE_QUERIES: usize = 24;
+
+impl Tiling {
+    fn new(nt: usize, g: &Geometry, n_head_kv: usize, threads: usize) -> Tiling {
+        // The largest divisor of the group that still gives every thread a tile.
+        let heads = (1..=g.group)
+            .rev()
+            .find(|&h| g.group.is_multiple_of(h) && nt * n_head_kv * (g.group / h) >= threads)
+            .unwrap_or(1);
+        let subs = g.group / heads;
+        // Tokens per tile: up to TILE_QUERIES queries, but at least 4 tiles per thread.
+        let mut tokens = (TILE_QUERIES / heads).clamp(1, nt.max(1));
+        while tokens > 1 && nt.div_ceil(tokens) * n_head_kv * subs < 4 * threads {
+            tokens /= 2;
+        }
+        Tiling { tokens, heads, subs }
+    }
+
+    fn n_items(&self, nt: usize, n_head_kv: usize) -> usize {
+        nt.div_ceil(self.tokens) * n_head_kv * self.subs
+    }
+
+    /// The first token and the first query head of tile `item`.
+    fn origin(&self, item: usize, n_head_kv: usize, group: usize) -> (usize, usize) {
+        let block = item / (n_head_kv * self.subs);
+        let kv = (item / self.subs) % n_head_kv;
+        let sub = item % self.subs;
+        (block * self.tokens, kv * group + sub * self.heads)
+    }
+}
+
+/// Cells of K a tile scores for all its queries before moving on (one chunk stays in L1).
+const K_CHUNK: usize = 64;
+/// Cells of V a tile adds for all its queries before moving on (a multiple of 64).
+const V_CHUNK: usize = 256;
+
+/// A worker's buffers, reused from tile to tile.
+#[derive(Default)]
+struct TileScratch {
+    /// Per query, its row of scores, then of probabilities: `[query][row_cap]`.
+    rows: Vec<f32>,
+    /// The masked, scaled row of one query.
+    w: Vec<f32>,
+    /// Per query, its 64 slot accumulators: `[query][64][hd]`.
+    acc: Vec<f32>,
+}
+
+/// One query of a tile: its values and the cells it attends.
+struct Query<'a> {
+    q: &'a [f32],
+    /// Cells `first..n` are attended; its row runs from `base` (see [`row_base`]).
+    first: usize,
+    n: usize,
+    base: usize,
+}
+
+impl Query<'_> {
+    /// Row length, padded with masked entries to a multiple of 16 (see the module docs).
+    fn padded(&self) -> usize {
+        (self.n - self.base).div_ceil(16) * 16
+    }
+}
+
+/// Tile `item` of `tiling` into `out` (`[token][head][hd]` for its tokens and heads).
+fn tile(
+    k: Kernels,
+    a: &AttnArgs,
+    g: &Geometry,
+    tiling: &Tiling,
+    item: usize,
+    out: &mut [f32],
+    scratch: &mut TileScratch,
+) {
     let hd = g.hd;
-    // Validated: 0 <= positions[t] < n_ctx. Cells `first..n` are attended; the row runs from
-    // `base`, cell `base + i` being entry `i`.
-    let (first, n) = a.span(t);
-    let base = row_base(first);
-    let (lo, len) = (first - base, n - base);
-    let q = &a.q[(t * a.n_head + h) * hd..][..hd];
-    let kv_off = base * g.kv_width + (h / g.group) * hd;
-    // Row i of these is cell (base + i)'s head: `[i * kv_width..][..hd]`.
-    let (k_rows, v_rows) = (&a.k_cache[kv_off..], &a.v_cache[kv_off..]);
+    let nt = a.positions.len();
+    let (t0, h0) = tiling.origin(item, a.n_head_kv, g.group);
+    let kv_head = h0 / g.group;
+    // The tile's queries, token-major: query `tt * heads + i` is token t0 + tt, head h0 + i.
+    let queries: Vec<Query> = (t0..(t0 + tiling.tokens).min(nt))
+        .flat_map(|t| {
+            let (first, n) = a.span(t);
+            (h0..h0 + tiling.heads).map(move |h| Query {
+                q: &a.q[(t * a.n_head + h) * hd..][..hd],
+                first,
+                n,
+                base: row_base(first),
+            })
+        })
+        .collect();
+    let nq = queries.len();
+    // Row `j` of these is cell j's head: `[j * kv_width..][..hd]`.
+    let (k_rows, v_rows) = (&a.k_cache[kv_head * hd..], &a.v_cache[kv_head * hd..]);
+    let row_cap = queries.iter().map(Query::padded).max().unwrap_or(0);
+    let start = queries.iter().map(|q| q.base).min().unwrap_or(0);
+    let end = queries.iter().map(|q| q.n).max().unwrap_or(0);
+    scratch.rows.clear();
+    scratch.rows.resize(nq * row_cap, 0.0);
+    scratch.w.resize(row_cap, 0.0);
+    scratch.acc.clear();
+    scratch.acc.resize(nq * DOT_STEP * hd, 0.0);
 
-    // Scores, padded with masked entries to a multiple of 16 (see the module docs).
-    let padded = len.div_ceil(16) * 16;
-    let mut kq = vec![0.0f32; padded];
-    dot_rows_k(k, q, &k_rows[lo * g.kv_width..], g.kv_width, &mut kq[lo..len]);
-    let mut w = vec![0.0f32; padded];
-    mask_scale(&kq, a.scale, lo..len, &mut w);
-    let probs = &mut kq;
-    normalize_k(k, &w, probs);
-
-    // kqv: slot (base + i) % 64 = i % 64 accumulates cell base + i, for all head_dim output
-    // dims at once (the masked cells before the window add exact zeros).
-    let slots = len.min(DOT_STEP);
-    let mut acc = vec![0.0f32; slots * hd];
-    fma_rows_k(k, &mut acc, hd, &probs[..len], v_rows, g.kv_width);
-    reduce_slots(&acc, hd, out);
+    // Scores, a chunk of K cells at a time for every query: entry `j - base` of a row is
+    // cell j's score (the masked entries stay 0 and are masked below).
+    for c0 in (start..end).step_by(K_CHUNK) {
+        let c1 = (c0 + K_CHUNK).min(end);
+        for (qr, row) in queries.iter().zip(scratch.rows.chunks_exact_mut(row_cap.max(1))) {
+            let (lo, hi) = (c0.max(qr.first), c1.min(qr.n));
+            if lo < hi {
+                dot_rows_k(k, qr.q, &k_rows[lo * g.kv_width..], g.kv_width, &mut row[lo - qr.base..hi - qr.base]);
+            }
+        }
+    }
+    // Softmax of each row, in place.
+    for (qr, row) in queries.iter().zip(scratch.rows.chunks_exact_mut(row_cap.max(1))) {
+        let (padded, w) = (qr.padded(), &mut scratch.w[..qr.padded()]);
+        mask_scale(&row[..padded], a.scale, qr.first - qr.base..qr.n - qr.base, w);
+        normalize_k(k, w, &mut row[..padded]);
+    }
+    // kqv: slot j % 64 of a query accumulates its cells j (from its base: the masked cells
+    // before the window add exact zeros), for all head_dim output dims at once.
+    let mut sums: Vec<SlotSum> = queries
+        .iter()
+        .zip(scratch.rows.chunks_exact(row_cap.max(1)))
+        .zip(scratch.acc.chunks_exact_mut(DOT_STEP * hd))
+        .map(|((qr, row), acc)| SlotSum { acc, probs: &row[..qr.n - qr.base], from: qr.base })
+        .collect();
+    for c0 in (start..end).step_by(V_CHUNK) {
+        let c1 = (c0 + V_CHUNK).min(end);
+        fma_rows_group_k(k, hd, &mut sums, v_rows, g.kv_width, c0..c1);
+    }
+    drop(sums);
+    for (acc, o) in scratch.acc.chunks_exact(DOT_STEP * hd).zip(out.chunks_exact_mut(hd)) {
+        reduce_slots(acc, hd, o);
+    }
 }
 
 /// The reduction of ggml_vec_dot_f32 applied to `head_dim` dot products at once: slot `s`

@@ -131,6 +131,47 @@ pub(crate) fn fma_rows_k(
     }
 }
 
+/// One query's part of [`fma_rows_group_k`]: its 64 slot accumulators (`64 * hd` values, slot
+/// `s` at `acc[s * hd..][..hd]`) and its probabilities, `probs[i]` weighting cell `from + i`
+/// (`from` a multiple of 64, so cell `j` goes to slot `j % 64`).
+pub(crate) struct SlotSum<'a> {
+    pub acc: &'a mut [f32],
+    pub probs: &'a [f32],
+    pub from: usize,
+}
+
+/// [`fma_rows_k`] for several queries over the same rows, restricted to `cells` (its start a
+/// multiple of 64): for each query and each of its cells `j` in `cells`,
+/// `acc[j % 64] = fma(probs[j - from], row j, acc[j % 64])`, row `j` being
+/// `rows[j*stride..][..hd]`. Per query the same FMAs in the same order as [`fma_rows_k`] over
+/// its whole row, whatever the ranges the caller splits the cells into.
+pub(crate) fn fma_rows_group_k(
+    k: Kernels,
+    hd: usize,
+    sums: &mut [SlotSum],
+    rows: &[f32],
+    stride: usize,
+    cells: std::ops::Range<usize>,
+) {
+    debug_assert!(cells.start.is_multiple_of(DOT_STEP));
+    debug_assert!(sums.iter().all(|s| s.from.is_multiple_of(DOT_STEP) && s.acc.len() == DOT_STEP * hd));
+    #[cfg(target_arch = "x86_64")]
+    if let Kernels::Avx512(t) = k
+        && hd > 0
+        && hd.is_multiple_of(DOT_STEP)
+    {
+        return t.fma_group(hd, sums, rows, stride, cells);
+    }
+    for s in sums.iter_mut() {
+        let lo = s.from.max(cells.start);
+        let hi = (s.from + s.probs.len()).min(cells.end);
+        if lo < hi {
+            // `lo` is a multiple of 64, so fma_rows_k's slot `(j - lo) % 64` is `j % 64`.
+            fma_rows_k(k, s.acc, hd, &s.probs[lo - s.from..hi - s.from], &rows[lo * stride..], stride);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +202,79 @@ mod tests {
                 (want as f64 - exact).abs() < 1e-5 * (n as f64 + 1.0),
                 "n {n}"
             );
+        }
+    }
+
+    /// The strided score rows (16 keys per pass on AVX-512, the rest one by one) keep every
+    /// score's bits, for head sizes that take the in-register query (64, 128), the looped one
+    /// (192, 256) and the per-key fallback (80, 40), and row counts around 16.
+    #[test]
+    fn dot_rows_match_the_scalar_twin_bitwise() {
+        for hd in [64usize, 128, 192, 256, 80, 40] {
+            let stride = 2 * hd + 3;
+            for n in [1usize, 15, 16, 17, 40] {
+                let q = data(hd, hd as u32);
+                let rows = data(n * stride, 7 + n as u32);
+                let mut want = vec![0.0f32; n];
+                dot_rows_k(Kernels::Scalar, &q, &rows, stride, &mut want);
+                for (j, w) in want.iter().enumerate() {
+                    assert_eq!(w.to_bits(), dot_k(Kernels::Scalar, &q, &rows[j * stride..][..hd]).to_bits());
+                }
+                for isa in Isa::supported() {
+                    let mut got = vec![f32::NAN; n];
+                    dot_rows_k(isa.kernels(), &q, &rows, stride, &mut got);
+                    let (g, w): (Vec<u32>, Vec<u32>) =
+                        got.iter().zip(&want).map(|(g, w)| (g.to_bits(), w.to_bits())).unzip();
+                    assert_eq!(g, w, "hd {hd} rows {n} {isa:?}");
+                }
+            }
+        }
+    }
+
+    /// A group of queries summed over shared cell ranges (any split, queries starting and
+    /// ending anywhere, more queries than one register pass holds) equals each query summed
+    /// alone by the scalar [`fma_rows_k`] over its whole row, bit for bit.
+    #[test]
+    fn fma_rows_group_matches_each_query_alone_bitwise() {
+        for hd in [64usize, 128, 40] {
+            let stride = hd + 5;
+            let n_cells = 700;
+            let rows = data(n_cells * stride, 3);
+            // (from, length) of each query's probabilities.
+            let spans = [(0usize, 700usize), (0, 1), (64, 300), (128, 572), (0, 65), (256, 0), (448, 250), (0, 640)];
+            let probs: Vec<Vec<f32>> = spans.iter().enumerate().map(|(i, &(_, n))| data(n, 11 + i as u32)).collect();
+            let start: Vec<Vec<f32>> = spans.iter().enumerate().map(|(i, _)| data(DOT_STEP * hd, 50 + i as u32)).collect();
+            let want: Vec<Vec<f32>> = spans
+                .iter()
+                .zip(&probs)
+                .zip(&start)
+                .map(|((&(from, _), p), a)| {
+                    let mut a = a.clone();
+                    fma_rows_k(Kernels::Scalar, &mut a, hd, p, &rows[from * stride..], stride);
+                    a
+                })
+                .collect();
+            for isa in Isa::supported() {
+                for chunk in [64usize, 256, 704] {
+                    for n_queries in [1usize, 3, spans.len()] {
+                        let mut accs: Vec<Vec<f32>> = start[..n_queries].to_vec();
+                        let mut sums: Vec<SlotSum> = accs
+                            .iter_mut()
+                            .zip(&spans)
+                            .zip(&probs)
+                            .map(|((acc, &(from, _)), p)| SlotSum { acc, probs: p, from })
+                            .collect();
+                        for c0 in (0..n_cells).step_by(chunk) {
+                            let cells = c0..(c0 + chunk).min(n_cells);
+                            fma_rows_group_k(isa.kernels(), hd, &mut sums, &rows, stride, cells);
+                        }
+                        for (q, (got, w)) in accs.iter().zip(&want).enumerate() {
+                            let same = got.iter().zip(w).all(|(g, w)| g.to_bits() == w.to_bits());
+                            assert!(same, "hd {hd} {isa:?} chunk {chunk} queries {n_queries}: query {q} differs");
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -33,6 +33,8 @@ pub mod kv_cache;
 pub mod rope;
 #[cfg(target_arch = "x86_64")]
 mod simd_x86;
+#[cfg(target_arch = "x86_64")]
+mod simd_x86_attn;
 pub mod softmax;
 
 pub use act::{add, add_inplace, mul, mul_inplace, silu, silu_with, swiglu, swiglu_inplace_with, swiglu_with};

@@ -108,9 +108,22 @@ impl Avx512 {
         unsafe { avx512::dot_blocks(x, y) }
     }
 
+    /// Rows in groups of 16 through [`Avx512::scores16`] when `q.len()` is a multiple of 64,
+    /// the rest one by one (same bits either way).
     pub(crate) fn dot_rows(self, q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
-        // SAFETY: as in `silu_blocks`.
-        unsafe { avx512::dot_rows(q, rows, stride, out) }
+        let n = q.len();
+        let mut done = 0;
+        if n > 0 && n.is_multiple_of(DOT_STEP) {
+            for (g, o) in out.chunks_exact_mut(16).enumerate() {
+                let o: &mut [f32; 16] = o.try_into().expect("chunks of 16");
+                self.scores16(q, &rows[16 * g * stride..], stride, o);
+                done += 16;
+            }
+        }
+        if done < out.len() {
+            // SAFETY: as in `silu_blocks`.
+            unsafe { avx512::dot_rows(q, &rows[done * stride..], stride, &mut out[done..]) }
+        }
     }
 
     pub(crate) fn fma_rows(

@@ -79,21 +79,37 @@ pub fn soft_max_row_with(
 /// `w[i] = x[i]*scale + 0` for `i` in `valid` (the mask's +0 turns -0 into +0, as in ggml),
 /// `-inf` for the rest.
 pub(crate) fn mask_scale(x: &[f32], scale: f32, valid: std::ops::Range<usize>, w: &mut [f32]) {
-    for (i, wi) in w.iter_mut().enumerate() {
-        *wi = match x.get(i) {
-            Some(&xi) if valid.contains(&i) => xi * scale + 0.0,
-            _ => f32::NEG_INFINITY,
-        };
+    let end = valid.end.min(x.len()).min(w.len());
+    let start = valid.start.min(end);
+    w[..start].fill(f32::NEG_INFINITY);
+    for (wi, &xi) in w[start..end].iter_mut().zip(&x[start..end]) {
+        *wi = xi * scale + 0.0;
     }
+    w[end..].fill(f32::NEG_INFINITY);
+}
+
+/// The largest value of `w` as C's running `MAX(max, v)` (`max > v ? max : v`, from -inf)
+/// finds it, in 16 interleaved runs: the maximum of non-NaN values does not depend on the
+/// order, except for the sign of a zero maximum, which cannot reach the softmax (`w - max`
+/// and `exp` give the same bits for either zero). A row holding a NaN ends all-NaN either way.
+fn row_max(w: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut blocks = w.chunks_exact(16);
+    for b in &mut blocks {
+        for (m, &v) in lanes.iter_mut().zip(b) {
+            *m = if *m > v { *m } else { v };
+        }
+    }
+    let mut max = f32::NEG_INFINITY;
+    for &v in lanes.iter().chain(blocks.remainder()) {
+        max = if max > v { max } else { v };
+    }
+    max
 }
 
 /// The rest of ggml's row: max, `exp(w - max)` with the f64 sum, scale by `1/sum`.
 pub(crate) fn normalize_k(k: Kernels, w: &[f32], y: &mut [f32]) {
-    let mut max = f32::NEG_INFINITY;
-    for &v in w {
-        // C's MAX(max, v): (max > v) ? max : v.
-        max = if max > v { max } else { v };
-    }
+    let max = row_max(w);
     let (done, mut sum) = match k {
         Kernels::Scalar => exp_sum_blocks_scalar(w, max, y),
         #[cfg(target_arch = "x86_64")]
@@ -163,6 +179,20 @@ mod tests {
                     assert!((*p as f64 - e).abs() < 1e-6 * e.max(1e-3), "{p} vs {e}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn row_max_is_the_running_max() {
+        for n in [0usize, 1, 15, 16, 17, 100, 4608] {
+            let mut w = data(n, n as u32 + 3, 50.0);
+            for (i, v) in w.iter_mut().enumerate() {
+                if i % 7 == 3 {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+            let want = w.iter().fold(f32::NEG_INFINITY, |m, &v| if m > v { m } else { v });
+            assert_eq!(row_max(&w).to_bits(), want.to_bits(), "n {n}");
         }
     }
 
