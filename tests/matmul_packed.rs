@@ -5,7 +5,7 @@
 //!
 //! * Q4_K (`quants::packed_k4`) against `gemv::gemv_q4_k` (ggml's `ggml_gemv_q4_K_8x8_q8_K`
 //!   order);
-//! * Q5_0 and Q8_0 (`quants::packed_b32`) against the x86 single-row `vec_dot` kernels
+//! * Q5_0, Q8_0 and Q4_1 (`quants::packed_b32`) against the x86 single-row `vec_dot` kernels
 //!   (`Kernels::dot`, checked against ggml's own in `matmul_dots.rs`) and against the scalar
 //!   reading of the packed layout, `b32_packed_scalar`.
 //!
@@ -14,7 +14,7 @@
 
 use minfer::backends::cpu::kernels::Pool;
 use minfer::backends::cpu::kernels::matmul::{WeightMatrix, matmul_with_isa};
-use minfer::quants::gemm::B32Panel;
+use minfer::quants::gemm::{B32Panel, split_q8_1};
 use minfer::quants::packed::PackedMatrix;
 use minfer::quants::packed_b32::{B32Packed, b32_packed_scalar};
 use minfer::quants::packed_k4::{K4Packed, K8Row};
@@ -138,19 +138,30 @@ fn b32_packed<W: minfer::quants::packed_b32::Block32Pack>(bytes: &[u8], rows: us
     (blocks, packed)
 }
 
-fn check_b32_packed<W>(kernels: Kernels, seed: u32)
-where
-    W: minfer::quants::packed_b32::Block32Pack + minfer::quants::simd::SimdDot + VecDot<Act = BlockQ8_0>,
- {
+/// One token's activations for weights of type `ty` (Q8_0, or Q8_1 for Q4_1) as a packed
+/// product reads them: Q8_0 blocks, and the Q8_1 sums (empty for Q8_0).
+fn panel_parts(act: &ActRow) -> (Vec<BlockQ8_0>, Vec<f32>) {
+    match act {
+        ActRow::Q8_0(a) => (a.clone(), Vec::new()),
+        ActRow::Q8_1(a) => split_q8_1(a),
+        other => panic!("Q8_0 or Q8_1 activations expected, got {:?}", other.act_type()),
+    }
+}
+
+fn check_b32_packed<W: minfer::quants::packed_b32::Block32Pack>(kernels: Kernels, seed: u32) {
     let ty = <W as WeightBlock>::TYPE;
     let mut rng = Rng(seed);
     for (rows, per_row) in [(16, 1), (8, 2), (24, 3), (48, 4), (40, 7), (128, 28)] {
         for _ in 0..4 {
             let bytes = matrix_bytes(&mut rng, ty, rows, per_row * 32);
-            let (w, packed) = b32_packed::<W>(&bytes, rows, per_row);
+            let (_, packed) = b32_packed::<W>(&bytes, rows, per_row);
             assert_eq!((packed.groups(), packed.bytes()), (rows.div_ceil(16), rows.div_ceil(16) * 16 * per_row * std::mem::size_of::<W>()));
-            let a = q8_0_row(&activations(&mut rng, per_row * 32));
-            let panel = B32Panel::new(vec![a.as_slice()], W::OFFSET);
+            let act = ActRow::for_weight(ty, &activations(&mut rng, per_row * 32)).unwrap();
+            let (a, sa) = panel_parts(&act);
+            let mut panel = B32Panel::new(vec![a.as_slice()], packed.offset());
+            if !sa.is_empty() {
+                panel.sa = vec![sa];
+            }
             let mut out = vec![f32::NAN; rows];
             assert!(kernels.b32_packed_gemv(&packed, 0, &panel, &mut out));
             let mut split = vec![f32::NAN; rows];
@@ -161,8 +172,9 @@ where
                     assert_eq!(got.to_bits(), want.to_bits(), "{ty:?} twin, rows {rows} x {per_row} blocks, row {}", 16 * g + j);
                 }
             }
+            let row_bytes = bytes.len() / rows;
             for r in 0..rows {
-                let want = kernels.dot(&w[r * per_row..(r + 1) * per_row], &a);
+                let want = minfer::quants::simd::vec_dot_row_isa(Isa::Avx512, ty, &bytes[r * row_bytes..][..row_bytes], &act).unwrap();
                 assert_eq!(out[r].to_bits(), want.to_bits(), "{ty:?} rows {rows} x {per_row} blocks, row {r}: {} vs {want}", out[r]);
                 assert_eq!(split[r].to_bits(), want.to_bits(), "{ty:?} split, row {r}");
             }
@@ -171,7 +183,7 @@ where
 }
 
 #[test]
-fn packed_q5_0_and_q8_0_rows_equal_vec_dot_bit_for_bit() {
+fn packed_q5_0_q8_0_and_q4_1_rows_equal_vec_dot_bit_for_bit() {
     let Ok(kernels) = Kernels::for_isa(Isa::Avx512) else {
         eprintln!("no AVX-512 VNNI here: the packed kernels do not run (the matmul test below still checks the fallback)");
         return;
@@ -179,6 +191,7 @@ fn packed_q5_0_and_q8_0_rows_equal_vec_dot_bit_for_bit() {
     assert!(kernels.has_packed());
     check_b32_packed::<BlockQ5_0>(kernels, 0x5005);
     check_b32_packed::<BlockQ8_0>(kernels, 0x8008);
+    check_b32_packed::<BlockQ4_1>(kernels, 0x4001);
 }
 
 #[test]
@@ -202,14 +215,24 @@ fn packed_b32_bad_shapes_are_refused_and_write_nothing() {
     assert!(!kernels.b32_packed_gemv(&packed, 0, &B32Panel::default(), &mut out));
     assert!(b32_packed_scalar(&packed, 2, &good).is_none());
     assert!(b32_packed_scalar(&packed, 0, &short).is_none());
+    // Q4_1 needs the activations' sums, one per block.
+    let bytes = matrix_bytes(&mut rng, GgmlType::Q4_1, 32, 64);
+    let q41 = B32Packed::new(blocks_of::<BlockQ4_1>(&bytes, 32 * 64).unwrap(), 32, 2).unwrap();
+    let no_sums = B32Panel::new(vec![&a[..]], 0);
+    assert!(!kernels.b32_packed_gemv(&q41, 0, &no_sums, &mut out));
+    assert!(b32_packed_scalar(&q41, 0, &no_sums).is_none());
+    let short_sums = B32Panel { sa: vec![vec![1.0]], ..no_sums.clone() };
+    assert!(!kernels.b32_packed_gemv(&q41, 0, &short_sums, &mut out));
     assert!(out.iter().all(|&x| x == 1.5));
+    let sums = B32Panel { sa: vec![vec![1.0, -2.0]], ..no_sums };
+    assert!(kernels.b32_packed_gemv(&q41, 0, &sums, &mut out));
 }
 
 #[test]
-fn one_token_q5_0_and_q8_0_products_follow_vec_dot_on_every_isa() {
+fn one_token_q5_0_q8_0_and_q4_1_products_follow_vec_dot_on_every_isa() {
     let mut rng = Rng(0x3b32);
     let pool = Pool::new(2).unwrap();
-    for ty in [GgmlType::Q5_0, GgmlType::Q8_0] {
+    for ty in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_1] {
         for (rows, cols) in [(64, 512), (40, 96), (8, 32), (12, 64)] {
             let bytes = matrix_bytes(&mut rng, ty, rows, cols);
             let x = activations(&mut rng, cols);

@@ -33,7 +33,7 @@
 //! * [`b32_cell_scalar`] with [`tile_scalar`]: the scalar twin of the SIMD kernels (same lane
 //!   integers, same float order), which the tests compare them with.
 
-use super::blocks::{BlockQ5_0, BlockQ8_0};
+use super::blocks::{BlockQ5_0, BlockQ8_0, BlockQ8_1};
 
 /// A weight type of 32-value blocks multiplied with Q8_0 activations by `vec_dot`'s lane order.
 pub trait Block32Gemm: Copy {
@@ -143,12 +143,20 @@ impl<W: Block32Gemm> RowLaneTile<W> for B32Tile {
 }
 
 /// Tokens quantized to Q8_0, with what the kernels add per block: `corr[t][b]`, the 8 lanes'
-/// `-off * Σ a[4k..4k+4]`, and `da[t][b]`, the scale as f32.
+/// `-off * Σ a[4k..4k+4]`, and `da[t][b]`, the scale as f32. For weights with a min (Q4_1,
+/// whose activations are Q8_1), `sa[t][b]` is the block's `s` as f32; else `sa` is empty.
 #[derive(Debug, Clone, Default)]
 pub struct B32Panel<'a> {
     pub acts: Vec<&'a [BlockQ8_0]>,
     pub corr: Vec<Vec<[i32; 8]>>,
     pub da: Vec<Vec<f32>>,
+    pub sa: Vec<Vec<f32>>,
+}
+
+/// A row of Q8_1 blocks as a [`B32Panel`] reads it: the same quants and scales as Q8_0 blocks,
+/// and the blocks' `s` as f32 (for [`B32Panel::sa`]).
+pub fn split_q8_1(acts: &[BlockQ8_1]) -> (Vec<BlockQ8_0>, Vec<f32>) {
+    acts.iter().map(|b| (BlockQ8_0 { d: b.d, qs: b.qs }, b.s.to_f32())).unzip()
 }
 
 impl<'a> B32Panel<'a> {
@@ -170,7 +178,7 @@ impl<'a> B32Panel<'a> {
             .iter()
             .map(|row| row.iter().map(|b| b.d.to_f32()).collect())
             .collect();
-        B32Panel { acts, corr, da }
+        B32Panel { acts, corr, da, sa: Vec::new() }
     }
 }
 

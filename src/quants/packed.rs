@@ -1,10 +1,10 @@
 //! The repacked copies of weight matrices that a backend makes at load for one-token products
-//! (decode), one kind per weight layout: Q4_K as [`K4Packed`] (ggml's repacked gemv order), Q5_0
-//! and Q8_0 as [`B32Packed`] (`vec_dot`'s order). Which matrices get one is decided here, once,
+//! (decode), one kind per weight layout: Q4_K as [`K4Packed`] (ggml's repacked gemv order), Q5_0,
+//! Q8_0 and Q4_1 as [`B32Packed`] (`vec_dot`'s order). Which matrices get one is decided here, once,
 //! by the order llama.cpp multiplies them in, so a packed product keeps the bits of the path it
 //! replaces.
 
-use super::blocks::{BlockQ4K, BlockQ5_0, BlockQ8_0};
+use super::blocks::{BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ8_0};
 use super::gemv::REPACK_ROWS;
 use super::packed_b32::{B32Packed, Block32Pack};
 use super::packed_k4::K4Packed;
@@ -21,7 +21,7 @@ impl PackedMatrix {
     /// The copy of a `[rows][cols]` matrix of type `ty` (`data`, the file's blocks) that decode
     /// multiplies, where its type packs: Q4_K matrices of a multiple of 8 rows (those llama.cpp
     /// repacks and multiplies in its gemv order; others keep `vec_dot`'s order and are not
-    /// copied), every Q5_0 and Q8_0 matrix. `Ok(None)` for other types and shapes; an error
+    /// copied), every Q5_0, Q8_0 and Q4_1 matrix. `Ok(None)` for other types and shapes; an error
     /// where `data` is not the matrix's blocks.
     pub fn for_decode(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Result<Option<PackedMatrix>, QuantError> {
         Ok(match ty {
@@ -31,6 +31,7 @@ impl PackedMatrix {
             }
             GgmlType::Q5_0 => b32::<BlockQ5_0>(data, rows, cols)?,
             GgmlType::Q8_0 => b32::<BlockQ8_0>(data, rows, cols)?,
+            GgmlType::Q4_1 => b32::<BlockQ4_1>(data, rows, cols)?,
             _ => None,
         })
     }

@@ -379,8 +379,9 @@ impl Kernels {
         }
     }
 
-    /// One token's product with the rows of groups `first..` of a repacked Q5_0 or Q8_0
-    /// matrix, the token as a one-token [`B32Panel`] for the matrix's offset: `out[i]` for row
+    /// One token's product with the rows of groups `first..` of a repacked Q5_0, Q8_0 or Q4_1
+    /// matrix, the token as a one-token [`B32Panel`] for the matrix's offset (with the Q8_1
+    /// sums for Q4_1): `out[i]` for row
     /// `16·first + i`, each bit-identical to [`Kernels::dot`] of that row. Returns `false`,
     /// writing nothing, where this ISA has no such kernel or the shapes do not fit.
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only

@@ -1,14 +1,14 @@
 //! x86-64 AVX-512 + VNNI products of repacked matrices against one token, 16 rows per
 //! register: Q4_K ([`K4Packed`]), every element bit-identical to
 //! [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k) (ggml's repacked gemv order), and Q5_0 /
-//! Q8_0 ([`B32Packed`]), bit-identical to the single-row `vec_dot` kernels.
+//! Q8_0 / Q4_1 ([`B32Packed`]), bit-identical to the single-row `vec_dot` kernels.
 
 use std::arch::x86_64::*;
 
 use super::x86_avx512::Avx512;
 use super::x86_avx512_gemm::{bcast4, hsum_lanes8};
 use crate::quants::gemm::{B32Panel, LANES};
-use crate::quants::packed_b32::{B32Packed, Line};
+use crate::quants::packed_b32::{B32Layout, B32Packed, Line};
 use crate::quants::packed_k4::{K4Packed, K4PackedBlock, K8Row};
 
 /// Bytes ahead of the block being read that the kernel asks the memory for: the next block
@@ -77,27 +77,44 @@ fn ld_line(l: &Line) -> __m512i {
     unsafe { _mm512_load_si512(l.0.as_ptr().cast()) }
 }
 
+/// Layouts of [`b32_group_gemv`] (a const parameter: [`B32Layout`] as a number).
+const BYTES: u8 = 0;
+const NIBBLES5: u8 = 1;
+const NIBBLES4_MIN: u8 = 2;
+
+/// Sixteen f16 as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn ld_f16x16(h: &[crate::quants::F16Le; LANES]) -> __m512 {
+    // SAFETY: `h` is 16 readable f16 (32 bytes); loadu needs no alignment.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(h.as_ptr().cast()) })
+}
+
 /// The 16 rows of group `g` against one token: per block, lane `k` of 16 rows is
 /// `corr_k + vpdpbusd(u_k, a[4k..4k+4])` (`u_k` from the packed lines, with Q5_0's fifth bits
 /// added under their masks), then `acc[k] = fma(d_w·d_a, lane, acc[k])`; the result per row is
-/// `hsum_float_8` of its 8 lanes. `Q5` says which layout `w` has (checked by the caller).
+/// `hsum_float_8` of its 8 lanes, plus for Q4_1 `summs`, the rows' `fma(m_w, s_a, summs)` over
+/// the blocks. `L` is `w`'s layout (checked by the caller, with the panel's `sa` for Q4_1).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn b32_group_gemv<const Q5: bool>(w: &B32Packed, g: usize, panel: &B32Panel) -> __m512 {
+fn b32_group_gemv<const L: u8>(w: &B32Packed, g: usize, panel: &B32Panel) -> __m512 {
     let n = w.per_row;
     let (y, corr, da) = (&panel.acts[0][..n], &panel.corr[0][..n], &panel.da[0][..n]);
     let lines = w.lines();
     let q = &w.q[g * n * lines..][..n * lines];
     let d = &w.d[g * n..][..n];
-    let high: &[Line] = if Q5 { &w.high[g * n..][..n] } else { &[] };
+    let high: &[Line] = if L == NIBBLES5 { &w.high[g * n..][..n] } else { &[] };
+    let (mins, sa): (&[_], &[f32]) = if L == NIBBLES4_MIN { (&w.m[g * n..][..n], &panel.sa[0][..n]) } else { (&[], &[]) };
     let m4 = _mm512_set1_epi8(0x0f);
     let sixteen = _mm512_set1_epi8(16);
     let mut acc = [_mm512_setzero_ps(); 8];
+    let mut summs = _mm512_setzero_ps();
     for b in 0..n {
-        // SAFETY: `d[b]` is 16 readable f16; loadu needs no alignment.
-        let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(d[b].as_ptr().cast()) });
-        let dd = _mm512_mul_ps(dw, _mm512_set1_ps(da[b]));
+        let dd = _mm512_mul_ps(ld_f16x16(&d[b]), _mm512_set1_ps(da[b]));
+        if L == NIBBLES4_MIN {
+            summs = _mm512_fmadd_ps(ld_f16x16(&mins[b]), _mm512_set1_ps(sa[b]), summs);
+        }
         let mut u = [_mm512_setzero_si512(); 8];
-        if Q5 {
+        if L == NIBBLES5 {
             let masks = high[b].0.as_ptr().cast::<u64>();
             // SAFETY: a `Line` is 64 readable bytes, 64-aligned: eight aligned u64 (x86 is
             // little-endian, as the masks are stored).
@@ -107,6 +124,12 @@ fn b32_group_gemv<const Q5: bool>(w: &B32Packed, g: usize, panel: &B32Panel) -> 
                 let (lo, hi) = (_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
                 u[j] = _mm512_mask_add_epi8(lo, mask(j), lo, sixteen);
                 u[j + 4] = _mm512_mask_add_epi8(hi, mask(j + 4), hi, sixteen);
+            }
+        } else if L == NIBBLES4_MIN {
+            for j in 0..4 {
+                let v = ld_line(&q[b * 4 + j]);
+                u[j] = _mm512_and_si512(v, m4);
+                u[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
             }
         } else {
             for (k, uk) in u.iter_mut().enumerate() {
@@ -118,7 +141,7 @@ fn b32_group_gemv<const Q5: bool>(w: &B32Packed, g: usize, panel: &B32Panel) -> 
             acc[k] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(lane), acc[k]);
         }
     }
-    hsum_lanes8(&acc)
+    if L == NIBBLES4_MIN { _mm512_add_ps(hsum_lanes8(&acc), summs) } else { hsum_lanes8(&acc) }
 }
 
 impl Avx512 {
@@ -132,14 +155,20 @@ impl Avx512 {
             && len(panel.acts.first().map(|a| a.len()))
             && len(panel.corr.first().map(Vec::len))
             && len(panel.da.first().map(Vec::len));
-        if !token_fits || !w.consistent() || first * LANES + out.len() > w.rows {
+        let layout = w.layout();
+        let sums_fit = layout != B32Layout::Nibbles4Min || (panel.sa.len() == 1 && len(panel.sa.first().map(Vec::len)));
+        if !token_fits || !sums_fit || !w.consistent() || first * LANES + out.len() > w.rows {
             return false;
         }
         for (i, o) in out.chunks_mut(LANES).enumerate() {
             // SAFETY: an Avx512 token exists only where detection found every feature enabled;
             // `consistent` and the row check above keep every slice in bounds.
             let v = unsafe {
-                if w.is_q5() { b32_group_gemv::<true>(w, first + i, panel) } else { b32_group_gemv::<false>(w, first + i, panel) }
+                match layout {
+                    B32Layout::Bytes => b32_group_gemv::<BYTES>(w, first + i, panel),
+                    B32Layout::Nibbles5 => b32_group_gemv::<NIBBLES5>(w, first + i, panel),
+                    B32Layout::Nibbles4Min => b32_group_gemv::<NIBBLES4_MIN>(w, first + i, panel),
+                }
             };
             let mut lanes = [0.0f32; LANES];
             // SAFETY: `lanes` is 16 writable f32; storeu needs no alignment.

@@ -20,7 +20,7 @@
 //! a time) bit for bit. llama.cpp itself does not have the second property: with two or more
 //! tokens it switches to the llamafile sgemm, which sums in another order.
 
-use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile};
+use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile, split_q8_1};
 use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
 use crate::quants::gemm_pairs::{B32Pairs, K8Pairs, PAIR_TOKENS};
 use crate::quants::packed::PackedMatrix;
@@ -466,8 +466,8 @@ fn multiply_b32_pairs<W: Block32Gemm + WeightBlock + Sync>(
 }
 
 /// One token's product with a repacked copy, each worker a group of 16 rows at a time:
-/// Q4_K through [`Kernels::k4_packed_gemv`] (the bits of [`Kernels::gemv`] per row), Q5_0 and
-/// Q8_0 through [`Kernels::b32_packed_gemv`] (the bits of [`Kernels::dot`]). `false`, writing
+/// Q4_K through [`Kernels::k4_packed_gemv`] (the bits of [`Kernels::gemv`] per row), Q5_0,
+/// Q8_0 and Q4_1 through [`Kernels::b32_packed_gemv`] (the bits of [`Kernels::dot`]). `false`, writing
 /// nothing, where the ISA has no packed kernels or the copy does not match the matrix.
 fn multiply_packed(
     pool: &Pool,
@@ -491,6 +491,13 @@ fn multiply_packed(
         }
         (PackedMatrix::B32(p), ActRow::Q8_0(y)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => {
             let panel = B32Panel::new(vec![y.as_slice()], p.offset());
+            each_group(pool, out, |g, piece| kernels.b32_packed_gemv(p, g, &panel, piece))
+        }
+        (PackedMatrix::B32(p), ActRow::Q8_1(y)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => {
+            // Q4_1: the Q8_1 blocks' quants and scales as Q8_0's, and their sums beside.
+            let (y, sa) = split_q8_1(y);
+            let mut panel = B32Panel::new(vec![y.as_slice()], p.offset());
+            panel.sa = vec![sa];
             each_group(pool, out, |g, piece| kernels.b32_packed_gemv(p, g, &panel, piece))
         }
         _ => return Ok(false),
