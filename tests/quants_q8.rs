@@ -294,3 +294,85 @@ fn activation_blocks_dequantize() {
         Err(QuantError::BlockCount { .. })
     ));
 }
+
+/// The SIMD quantizers of every ISA this CPU runs (`Kernels::act_row`) against their scalar
+/// twins (`ActRow::for_weight`), bit for bit: random rows at scales from 1e-30 to 1e30, plus
+/// blocks built to hit each special path — exact ties (x.5 after scaling), ties for the
+/// largest magnitude of either sign, all zeros and signed zeros, subnormals, NaN at every
+/// register position, ±inf, and values whose Q8_1 sum overflows f16.
+#[test]
+fn simd_quantizers_match_their_scalar_twins() {
+    use minfer::quants::simd::{Kernels, supported_isas};
+    let mut rng = Rng(0x9e37_79b9);
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    for trial in 0..60 {
+        let scale = 10f32.powi(trial % 61 - 30);
+        rows.push((0..512).map(|_| rng.activation() * scale).collect());
+    }
+    // Ties: multiples of 0.5 with amax 127 (id = 1), and of amax/254 for the Q8_K scale.
+    rows.push((0..512).map(|i| ((i % 255) as f32 - 127.0) * 0.5).collect());
+    rows.push((0..512).map(|i| ((i * 7 % 509) as f32 - 254.0) / 2.0).collect());
+    // Largest magnitude reached by both signs, in either order.
+    let mut tie = vec![0.25f32; 512];
+    (tie[3], tie[200], tie[300], tie[301]) = (-4.0, 4.0, 4.0, -4.0);
+    rows.push(tie);
+    rows.push(vec![0.0; 512]);
+    rows.push((0..512).map(|i| if i % 2 == 0 { -0.0 } else { 0.0 }).collect());
+    rows.push((0..512).map(|i| f32::from_bits(1 + i as u32 * 3) * if i % 3 == 0 { -1.0 } else { 1.0 }).collect());
+    for pos in [0usize, 5, 8, 17, 24, 31, 100, 255, 256, 511] {
+        for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3.0e38] {
+            let mut x: Vec<f32> = (0..512).map(|_| rng.normal()).collect();
+            x[pos] = special;
+            rows.push(x);
+        }
+    }
+    // Q8_1's s overflows f16 (|d * Σq| > 65504).
+    rows.push(vec![6.0e4; 512]);
+    // Q8_K values whose f32 product `iscale * x` rounds onto or across a half-integer, where
+    // an FMA (rounding the exact product) would give another integer than the reference build.
+    let iscale = -127.0f32 / 3.0;
+    let mut near: Vec<f32> = (1..3_000_000u32)
+        .map(|k| k as f32 * 1e-6)
+        .filter(|&v| (iscale as f64 * v as f64).round_ties_even() != f64::from((iscale * v).round_ties_even()))
+        .collect();
+    assert!(near.len() >= 8, "only {} half-integer products found", near.len());
+    near = near.iter().copied().cycle().take(510).collect();
+    near.insert(0, 3.0);
+    near.insert(256, -3.0);
+    rows.push(near);
+    let weights = [GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q4K];
+    let bits = |r: &ActRow| -> Vec<u32> {
+        match r {
+            ActRow::Q8_0(b) => b.iter().flat_map(|b| {
+                std::iter::once(u32::from(b.d.to_bits())).chain(b.qs.iter().map(|&q| q as u8 as u32))
+            }).collect(),
+            ActRow::Q8_1(b) => b.iter().flat_map(|b| {
+                [u32::from(b.d.to_bits()), u32::from(b.s.to_bits())].into_iter().chain(b.qs.iter().map(|&q| q as u8 as u32))
+            }).collect(),
+            ActRow::Q8K(b) => b.iter().flat_map(|b| {
+                std::iter::once(b.d.to_bits())
+                    .chain(b.qs.iter().map(|&q| q as u8 as u32))
+                    .chain(b.bsums.iter().map(|&s| s as u16 as u32))
+            }).collect(),
+            other => panic!("unexpected activation type {:?}", other.act_type()),
+        }
+    };
+    let isas = supported_isas();
+    for isa in &isas {
+        let k = Kernels::for_isa(*isa).unwrap();
+        for (i, x) in rows.iter().enumerate() {
+            for w in weights {
+                let want = ActRow::for_weight(w, x).unwrap();
+                let got = k.act_row(w, x).unwrap();
+                let (got, want) = (bits(&got), bits(&want));
+                let first = got.iter().zip(&want).position(|(g, w)| g != w);
+                assert!(got.len() == want.len() && first.is_none(), "{isa}, row {i}, weight {w:?}: first differing word {first:?}");
+            }
+        }
+        // The same length errors as the twin.
+        for w in weights {
+            assert_eq!(k.act_row(w, &[1.0; 48]).err(), ActRow::for_weight(w, &[1.0; 48]).err(), "{isa}");
+        }
+    }
+    eprintln!("compared on {}", isas.iter().map(|i| i.name()).collect::<Vec<_>>().join(", "));
+}

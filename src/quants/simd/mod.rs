@@ -91,6 +91,8 @@ mod x86_avx512_gemm;
 mod x86_avx512_pairs;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512_packed;
+#[cfg(target_arch = "x86_64")]
+mod x86_q8;
 
 /// An instruction set minfer has dot-product kernels for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -287,6 +289,23 @@ impl Kernels {
             #[cfg(target_arch = "aarch64")]
             Backend::Neon(_, t) => W::neon(t, w, a),
         }
+    }
+
+    /// `x` as the activation row `weight` rows are dotted with, bit-identical to
+    /// [`ActRow::for_weight`] (its scalar twin): the x86 ISAs quantize Q8_0, Q8_1 and Q8_K
+    /// with SIMD (`x86_q8.rs`), every other ISA and type goes through `for_weight`. Same
+    /// errors as `for_weight`.
+    pub fn act_row(&self, weight: GgmlType, x: &[f32]) -> Result<ActRow, QuantError> {
+        let act = super::vec_dot_type(weight)?;
+        let simd = match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2(t) => t.act_row(act, x),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.act_row(act, x),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        };
+        simd.unwrap_or_else(|| ActRow::quantize(act, x))
     }
 
     /// Whether [`Kernels::b32_tile`], [`Kernels::k4_tile`] and [`Kernels::k6_tile`] run on this

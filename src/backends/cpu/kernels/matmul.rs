@@ -231,7 +231,7 @@ fn matmul_with(
     if tokens == 0 || w.rows == 0 {
         return Ok(());
     }
-    let acts = quantize_tokens(pool, w.ty, x, w.cols)?; // [tokens]
+    let acts = quantize_tokens(pool, kernels, w.ty, x, w.cols)?; // [tokens]
     if let (1, Some(packed)) = (tokens, w.packed)
         && multiply_packed(pool, kernels, w, packed, &acts[0], bias, out)?
     {
@@ -283,17 +283,18 @@ fn matmul_with(
 /// over tokens (each row by one worker, so the result does not depend on the thread count).
 fn quantize_tokens(
     pool: &Pool,
+    kernels: Kernels,
     ty: GgmlType,
     x: &[f32],
     cols: usize,
 ) -> Result<Vec<ActRow>, QuantError> {
     let tokens = x.len() / cols;
     if tokens == 1 {
-        return Ok(vec![ActRow::for_weight(ty, x)?]);
+        return Ok(vec![kernels.act_row(ty, x)?]);
     }
     let mut slots: Vec<Option<Result<ActRow, QuantError>>> = (0..tokens).map(|_| None).collect();
     pool.for_each_item_mut(&mut slots, 1, |t, slot| {
-        slot[0] = Some(ActRow::for_weight(ty, &x[t * cols..(t + 1) * cols]));
+        slot[0] = Some(kernels.act_row(ty, &x[t * cols..(t + 1) * cols]));
     });
     slots
         .into_iter()
