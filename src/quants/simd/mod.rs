@@ -463,6 +463,20 @@ impl Kernels {
         }
     }
 
+    /// `tile` holding row groups `first..first + groups` (16 rows each) of the repacked Q5_0
+    /// or Q8_0 matrix `w`, for [`Kernels::b32_tile`]: the tile [`RowLaneTile::fill`] makes
+    /// from the matrix's blocks, read from the packed lines. `false`, leaving `tile` as it was,
+    /// where the ISA has no packed kernels ([`Kernels::has_packed`]), for Q4_1, or where the
+    /// groups do not fit `w`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
+    pub fn b32_fill_packed(&self, tile: &mut B32Tile, w: &B32Packed, first: usize, groups: usize) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.b32_fill_packed(tile, w, first, groups),
+            _ => false,
+        }
+    }
+
     /// [`Kernels::k4_fill`] for Q6_K ([`Kernels::k6_tile`]).
     pub fn k6_fill(&self, tile: &mut K6Tile, blocks: &[BlockQ6K], per_row: usize) {
         match self.0 {

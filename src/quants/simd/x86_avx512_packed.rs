@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use super::x86_avx512::Avx512;
 use super::x86_avx512_gemm::{bcast4, hsum_lanes8};
-use crate::quants::gemm::{B32Panel, LANES};
+use crate::quants::gemm::{B32Panel, B32Tile, LANES, reset};
 use crate::quants::packed_b32::{B32Layout, B32Packed, Line};
 use crate::quants::packed_k4::{K4Packed, K4PackedBlock, K8Row};
 
@@ -90,6 +90,63 @@ fn ld_f16x16(h: &[crate::quants::F16Le; LANES]) -> __m512 {
     _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(h.as_ptr().cast()) })
 }
 
+/// The unsigned quants of block `b` of a group's slots (`q`: its lines, `high`: its Q5_0 mask
+/// lines) in row lanes: register `k` holds values `4k..4k+4` of the 16 rows, 4 bytes per row
+/// (a [`B32Tile`](crate::quants::gemm::B32Tile)'s `q[vb * 8 + k]`). `L` is the layout.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn slot_quants<const L: u8>(q: &[Line], high: &[Line], b: usize) -> [__m512i; 8] {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let sixteen = _mm512_set1_epi8(16);
+    let mut u = [_mm512_setzero_si512(); 8];
+    if L == NIBBLES5 {
+        let masks = high[b].0.as_ptr().cast::<u64>();
+        // SAFETY: a `Line` is 64 readable bytes, 64-aligned: eight aligned u64 (x86 is
+        // little-endian, as the masks are stored).
+        let mask = |k: usize| unsafe { masks.add(k).read() };
+        for j in 0..4 {
+            let v = ld_line(&q[b * 4 + j]);
+            let (lo, hi) = (_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
+            u[j] = _mm512_mask_add_epi8(lo, mask(j), lo, sixteen);
+            u[j + 4] = _mm512_mask_add_epi8(hi, mask(j + 4), hi, sixteen);
+        }
+    } else if L == NIBBLES4_MIN {
+        for j in 0..4 {
+            let v = ld_line(&q[b * 4 + j]);
+            u[j] = _mm512_and_si512(v, m4);
+            u[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+        }
+    } else {
+        for (k, uk) in u.iter_mut().enumerate() {
+            *uk = ld_line(&q[b * 8 + k]);
+        }
+    }
+    u
+}
+
+/// Row groups `first..first + groups` of `w` (Q5_0 or Q8_0) as a [`B32Tile`]: every slot's
+/// quants through [`slot_quants`], its 16 scales as f32.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn b32_fill<const L: u8>(tile: &mut B32Tile, w: &B32Packed, first: usize, groups: usize) {
+    let n = w.per_row;
+    let slots = first * n..(first + groups) * n;
+    reset(&mut tile.q, slots.len() * 8, [0; 64]);
+    reset(&mut tile.d, slots.len(), [0.0; LANES]);
+    let lines = w.lines();
+    let q = &w.q[slots.start * lines..slots.end * lines];
+    let high: &[Line] = if L == NIBBLES5 { &w.high[slots.clone()] } else { &[] };
+    for (vb, (dq, dd)) in tile.q.chunks_exact_mut(8).zip(tile.d.iter_mut()).enumerate() {
+        let u = slot_quants::<L>(q, high, vb);
+        for (o, uk) in dq.iter_mut().zip(u) {
+            // SAFETY: `o` is 64 writable bytes; storeu needs no alignment.
+            unsafe { _mm512_storeu_si512(o.as_mut_ptr().cast(), uk) };
+        }
+        // SAFETY: `dd` is 16 writable f32; storeu needs no alignment.
+        unsafe { _mm512_storeu_ps(dd.as_mut_ptr(), ld_f16x16(&w.d[slots.start + vb])) };
+    }
+    (tile.vecs, tile.per_row, tile.offset) = (groups, n, w.offset());
+}
+
 /// The 16 rows of group `g` against one token: per block, lane `k` of 16 rows is
 /// `corr_k + vpdpbusd(u_k, a[4k..4k+4])` (`u_k` from the packed lines, with Q5_0's fifth bits
 /// added under their masks), then `acc[k] = fma(d_w·d_a, lane, acc[k])`; the result per row is
@@ -104,8 +161,6 @@ fn b32_group_gemv<const L: u8>(w: &B32Packed, g: usize, panel: &B32Panel) -> __m
     let d = &w.d[g * n..][..n];
     let high: &[Line] = if L == NIBBLES5 { &w.high[g * n..][..n] } else { &[] };
     let (mins, sa): (&[_], &[f32]) = if L == NIBBLES4_MIN { (&w.m[g * n..][..n], &panel.sa[0][..n]) } else { (&[], &[]) };
-    let m4 = _mm512_set1_epi8(0x0f);
-    let sixteen = _mm512_set1_epi8(16);
     let mut acc = [_mm512_setzero_ps(); 8];
     let mut summs = _mm512_setzero_ps();
     for b in 0..n {
@@ -113,29 +168,7 @@ fn b32_group_gemv<const L: u8>(w: &B32Packed, g: usize, panel: &B32Panel) -> __m
         if L == NIBBLES4_MIN {
             summs = _mm512_fmadd_ps(ld_f16x16(&mins[b]), _mm512_set1_ps(sa[b]), summs);
         }
-        let mut u = [_mm512_setzero_si512(); 8];
-        if L == NIBBLES5 {
-            let masks = high[b].0.as_ptr().cast::<u64>();
-            // SAFETY: a `Line` is 64 readable bytes, 64-aligned: eight aligned u64 (x86 is
-            // little-endian, as the masks are stored).
-            let mask = |k: usize| unsafe { masks.add(k).read() };
-            for j in 0..4 {
-                let v = ld_line(&q[b * 4 + j]);
-                let (lo, hi) = (_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
-                u[j] = _mm512_mask_add_epi8(lo, mask(j), lo, sixteen);
-                u[j + 4] = _mm512_mask_add_epi8(hi, mask(j + 4), hi, sixteen);
-            }
-        } else if L == NIBBLES4_MIN {
-            for j in 0..4 {
-                let v = ld_line(&q[b * 4 + j]);
-                u[j] = _mm512_and_si512(v, m4);
-                u[j + 4] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-            }
-        } else {
-            for (k, uk) in u.iter_mut().enumerate() {
-                *uk = ld_line(&q[b * 8 + k]);
-            }
-        }
+        let u = slot_quants::<L>(q, high, b);
         for k in 0..8 {
             let lane = _mm512_dpbusd_epi32(_mm512_set1_epi32(corr[b][k]), u[k], bcast4(&y[b].qs, k));
             acc[k] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(lane), acc[k]);
@@ -145,6 +178,26 @@ fn b32_group_gemv<const L: u8>(w: &B32Packed, g: usize, panel: &B32Panel) -> __m
 }
 
 impl Avx512 {
+    /// `tile` holding row groups `first..first + groups` of `w` for [`Avx512::b32_tile`]: the
+    /// same tile the scalar fill makes from the matrix's blocks, from the packed lines instead
+    /// (no unpacking of the file's blocks per call). `false`, leaving `tile` as it was, for a
+    /// layout without a tile kernel (Q4_1), an inconsistent `w` or groups past its end.
+    pub fn b32_fill_packed(self, tile: &mut B32Tile, w: &B32Packed, first: usize, groups: usize) -> bool {
+        if !w.consistent() || first + groups > w.groups() || w.rows % LANES != 0 {
+            return false;
+        }
+        // SAFETY: an Avx512 token exists only where detection found every feature enabled;
+        // `consistent` and the group check keep every slice in bounds.
+        unsafe {
+            match w.layout() {
+                B32Layout::Bytes => b32_fill::<BYTES>(tile, w, first, groups),
+                B32Layout::Nibbles5 => b32_fill::<NIBBLES5>(tile, w, first, groups),
+                B32Layout::Nibbles4Min => return false,
+            }
+        }
+        true
+    }
+
     /// `out[i]` for the rows of groups `first..` of `w` (`out` holds `16 · groups` rows or
     /// fewer at the matrix's end) against the one token of `panel`: bit for bit the
     /// single-row `vec_dot` of each row. `false`, writing nothing, where the shapes do not fit.

@@ -264,11 +264,11 @@ fn matmul_with(
             GgmlType::Q8_0 => gemm_b32::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
             // Q4_0 of 16k rows is repacked by llama.cpp (its gemv order): element by element.
             GgmlType::Q4K => {
-                let lanes = RowLanes { panel: K8Panel::new, fill: |t: &mut K4Tile, b: &[BlockQ4K], n| kernels.k4_fill(t, b, n) };
+                let lanes = RowLanes { panel: K8Panel::new, fill: |t: &mut K4Tile, b: &[BlockQ4K], n, _| kernels.k4_fill(t, b, n) };
                 gemm_row_lanes(pool, w, &acts, bias, out, lanes, |t, p, o| kernels.k4_tile(t, p, o))?
             }
             GgmlType::Q6K => {
-                let lanes = RowLanes { panel: K8Panel::new, fill: |t: &mut K6Tile, b: &[BlockQ6K], n| kernels.k6_fill(t, b, n) };
+                let lanes = RowLanes { panel: K8Panel::new, fill: |t: &mut K6Tile, b: &[BlockQ6K], n, _| kernels.k6_fill(t, b, n) };
                 gemm_row_lanes(pool, w, &acts, bias, out, lanes, |t, p, o| kernels.k6_tile(t, p, o))?
             }
             _ => false,
@@ -331,7 +331,8 @@ fn add_bias(pieces: &mut [&mut [f32]], bias: Option<&[f32]>, first: usize) {
 const ROW_LANE_TILE: usize = 2 * LANES;
 
 /// How a row-lane product prepares its operands: `panel` makes the kernel's panel of the tokens'
-/// `A` rows, `fill` unpacks a work item's rows into a tile `T` (`fill(tile, blocks, per_row)`).
+/// `A` rows, `fill` unpacks a work item's rows into a tile `T` (`fill(tile, blocks, per_row,
+/// first)`: `blocks` are the rows from row `first` on).
 struct RowLanes<P, F> {
     panel: P,
     fill: F,
@@ -348,7 +349,7 @@ fn gemm_row_lanes<'a, B, A, T, P>(
     acts: &'a [ActRow],
     bias: Option<&[f32]>,
     out: &mut [f32],
-    lanes: RowLanes<impl FnOnce(Vec<&'a [A]>) -> P, impl Fn(&mut T, &[B], usize) + Sync>,
+    lanes: RowLanes<impl FnOnce(Vec<&'a [A]>) -> P, impl Fn(&mut T, &[B], usize, usize) + Sync>,
     run: impl Fn(&T, &P, &mut [&mut [f32]]) -> bool + Sync,
 ) -> Result<bool, QuantError>
 where
@@ -367,7 +368,7 @@ where
     let panel = (lanes.panel)(rows);
     Ok(run_row_tiles(pool, out, w.rows, acts.len(), ROW_LANE_TILE, bias, T::default, |unpacked, first, pieces| {
         let n_rows = pieces.first().map_or(0, |p| p.len());
-        (lanes.fill)(unpacked, &blocks[first * per_row..(first + n_rows) * per_row], per_row);
+        (lanes.fill)(unpacked, &blocks[first * per_row..(first + n_rows) * per_row], per_row, first);
         run(unpacked, &panel, pieces)
     }))
 }
@@ -410,9 +411,20 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) -> Result<bool, QuantError> {
+    // The decode copy, where there is one, fills the tiles without unpacking the file's blocks.
+    let per_row = w.cols / W::N;
+    let packed = match w.packed {
+        Some(PackedMatrix::B32(p)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => Some(p),
+        _ => None,
+    };
     let lanes = RowLanes {
         panel: |rows| B32Panel::new(rows, W::OFFSET),
-        fill: |t: &mut B32Tile, b: &[W], n| t.fill(b, n),
+        fill: |t: &mut B32Tile, b: &[W], n: usize, first: usize| {
+            let groups = b.len() / n.max(1) / LANES;
+            if !packed.is_some_and(|p| kernels.b32_fill_packed(t, p, first / LANES, groups)) {
+                t.fill(b, n);
+            }
+        },
     };
     gemm_row_lanes::<W, BlockQ8_0, B32Tile, _>(pool, w, acts, bias, out, lanes, |t, p, o| kernels.b32_tile(t, p, o))
 }
