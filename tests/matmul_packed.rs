@@ -258,8 +258,8 @@ fn one_token_q5_0_q8_0_and_q4_1_products_follow_vec_dot_on_every_isa() {
 
 /// Tiles filled from a packed copy (`Kernels::b32_fill_packed`, the prefill's fill where a
 /// decode copy exists) against the scalar fill from the file's blocks (`RowLaneTile::fill`,
-/// the twin), field by field and bit for bit, for every group range of a few matrices; Q4_1
-/// (no tile kernel), ranges past the end and row counts that leave a group partly empty are
+/// the twin), field by field and bit for bit, for every group range of a few Q5_0, Q8_0 and
+/// Q4_1 matrices; ranges past the end and row counts that leave a group partly empty are
 /// refused with the tile left as it was.
 #[test]
 fn tiles_filled_from_packed_copies_equal_the_scalar_fill() {
@@ -270,7 +270,8 @@ fn tiles_filled_from_packed_copies_equal_the_scalar_fill() {
     };
     fn same(a: &B32Tile, b: &B32Tile) -> bool {
         let d = |t: &B32Tile| t.d.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
-        a.q == b.q && d(a) == d(b) && (a.vecs, a.per_row, a.offset) == (b.vecs, b.per_row, b.offset)
+        let m = |t: &B32Tile| t.m.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+        a.q == b.q && d(a) == d(b) && m(a) == m(b) && (a.vecs, a.per_row, a.offset) == (b.vecs, b.per_row, b.offset)
     }
     fn check<W: minfer::quants::packed_b32::Block32Pack + minfer::quants::gemm::Block32Gemm>(kernels: Kernels, seed: u32) {
         let ty = <W as WeightBlock>::TYPE;
@@ -296,11 +297,9 @@ fn tiles_filled_from_packed_copies_equal_the_scalar_fill() {
     }
     check::<BlockQ5_0>(kernels, 0x5a5a);
     check::<BlockQ8_0>(kernels, 0x8a8a);
+    check::<BlockQ4_1>(kernels, 0x4a4a);
     let mut rng = Rng(3);
-    let bytes = matrix_bytes(&mut rng, GgmlType::Q4_1, 16, 64);
-    let (_, q41) = b32_packed::<BlockQ4_1>(&bytes, 16, 2);
     let mut t = B32Tile::default();
-    assert!(!kernels.b32_fill_packed(&mut t, &q41, 0, 1));
     let bytes = matrix_bytes(&mut rng, GgmlType::Q5_0, 24, 32);
     let (_, partial) = b32_packed::<BlockQ5_0>(&bytes, 24, 1);
     assert!(!kernels.b32_fill_packed(&mut t, &partial, 0, 1));

@@ -112,6 +112,45 @@ fn q8_0_tiles_equal_twin_and_dots() {
     b32_case::<BlockQ8_0>(0x7115_0002);
 }
 
+/// Q4_1 tiles (mins per slot, Q8_1 tokens as a panel of their Q8_0 parts plus sums; AVX-512
+/// only) against the single-token AVX2 dot, which follows ggml's `q4_1_q8_1` order
+/// (`matmul_dots.rs` checks it against ggml's own kernel). The AVX2 tile refuses a tile with
+/// mins, and a panel without the sums is refused.
+#[test]
+fn q4_1_tiles_equal_the_dots() {
+    use minfer::quants::gemm::split_q8_1;
+    let mut rng = Rng(0x7115_0041);
+    for rows in ROWS {
+        for tokens in TOKENS {
+            let cols = 7 * 32;
+            let (blocks, acts) = case::<BlockQ4_1>(&mut rng, rows, cols, tokens);
+            let (y, sa): (Vec<Vec<BlockQ8_0>>, Vec<Vec<f32>>) =
+                acts.iter().map(|a| split_q8_1(BlockQ8_1::blocks_in(a).unwrap())).unzip();
+            let mut tile = B32Tile::default();
+            tile.fill(&blocks, cols / 32);
+            assert_eq!(tile.m.len(), tile.d.len());
+            let mut panel = B32Panel::new(y.iter().map(Vec::as_slice).collect(), BlockQ4_1::OFFSET);
+            for k in tile_isas() {
+                let mut out = outputs(tokens, rows);
+                let refused = !k.b32_tile(&tile, &panel, &mut pieces(&mut out));
+                assert!(refused, "{:?}: a Q4_1 tile without the tokens' sums must be refused", k.isa());
+            }
+            panel.sa = sa;
+            for k in tile_isas() {
+                let mut out = outputs(tokens, rows);
+                let ran = k.b32_tile(&tile, &panel, &mut pieces(&mut out));
+                assert_eq!(ran, k.isa() == Isa::Avx512, "{:?}", k.isa());
+                if ran {
+                    let what = format!("Q4_1 rows {rows} tokens {tokens}");
+                    assert_equals_x86_dots(&what, &blocks, cols / 32, &acts, &out, false);
+                } else {
+                    assert!(out.iter().flatten().all(|x| x.is_nan()), "a refusal writes nothing");
+                }
+            }
+        }
+    }
+}
+
 /// A pair kernel `run(n_rows, out)` against its scalar twin (`[tokens][rows]`), bit for bit;
 /// with a row count that does not match its blocks, or too few outputs, it must refuse and
 /// write nothing.

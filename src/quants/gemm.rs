@@ -33,14 +33,21 @@
 //! * [`b32_cell_scalar`] with [`tile_scalar`]: the scalar twin of the SIMD kernels (same lane
 //!   integers, same float order), which the tests compare them with.
 
-use super::blocks::{BlockQ5_0, BlockQ8_0, BlockQ8_1};
+use super::blocks::{BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1};
 
 /// A weight type of 32-value blocks multiplied with Q8_0 activations by `vec_dot`'s lane order.
 pub trait Block32Gemm: Copy {
     /// `u = q + OFFSET` is the unsigned byte the kernels multiply.
     const OFFSET: i32;
+    /// Whether the type has a min (Q4_1: `x = d·q + m`, dotted with Q8_1 activations, whose
+    /// `m·s` per block ggml sums beside the lanes and adds after `hsum_float_8`).
+    const HAS_MIN: bool = false;
     /// The block's 32 unsigned quants in value order, and its scale as f32.
     fn unpack(&self) -> ([u8; 32], f32);
+    /// The block's min as f32 (0 for types without one).
+    fn min(&self) -> f32 {
+        0.0
+    }
 }
 
 /// The 32 nibbles of `qs` in value order (low nibbles, then high), plus bit `i` of `high`
@@ -59,6 +66,17 @@ impl Block32Gemm for BlockQ5_0 {
     const OFFSET: i32 = 16;
     fn unpack(&self) -> ([u8; 32], f32) {
         (nibbles_with_bit(&self.qs, u32::from_le_bytes(self.qh)), self.d.to_f32())
+    }
+}
+
+impl Block32Gemm for BlockQ4_1 {
+    const OFFSET: i32 = 0;
+    const HAS_MIN: bool = true;
+    fn unpack(&self) -> ([u8; 32], f32) {
+        (nibbles_with_bit(&self.qs, 0), self.d.to_f32())
+    }
+    fn min(&self) -> f32 {
+        self.m.to_f32()
     }
 }
 
@@ -117,11 +135,13 @@ pub fn put_lane_groups(groups: &mut [[u8; 64]], lane: usize, q: &[u8]) {
 /// 32-value-block rows unpacked into row lanes, `vecs` groups of [`LANES`] rows, `per_row`
 /// blocks each. With `vb = v * per_row + b` (row group `v`, block `b`): `q[vb * 8 + k]` holds
 /// the unsigned quants of values `4k..4k+4` of each of the 16 rows (4 bytes per row, rows in
-/// order), `d[vb]` the 16 rows' scales.
+/// order), `d[vb]` the 16 rows' scales, and for a type with a min (Q4_1) `m[vb]` their mins
+/// (else `m` is empty).
 #[derive(Debug, Clone, Default)]
 pub struct B32Tile {
     pub q: Vec<[u8; 64]>,
     pub d: Vec<[f32; LANES]>,
+    pub m: Vec<[f32; LANES]>,
     pub vecs: usize,
     pub per_row: usize,
     /// The weight type's [`Block32Gemm::OFFSET`] (kernels without VNNI read Q8_0 as signed).
@@ -133,10 +153,14 @@ impl<W: Block32Gemm> RowLaneTile<W> for B32Tile {
         let (vecs, n) = lane_groups(blocks.len(), per_row);
         reset(&mut self.q, n * 8, [0; 64]);
         reset(&mut self.d, n, [0.0; LANES]);
+        reset(&mut self.m, if W::HAS_MIN { n } else { 0 }, [0.0; LANES]);
         for_each_lane_block(blocks, per_row, |vb, lane, blk| {
             let (q, d) = blk.unpack();
             put_lane_groups(&mut self.q[vb * 8..][..8], lane, &q);
             self.d[vb][lane] = d;
+            if W::HAS_MIN {
+                self.m[vb][lane] = blk.min();
+            }
         });
         (self.vecs, self.per_row, self.offset) = (vecs, per_row, W::OFFSET);
     }
@@ -191,11 +215,14 @@ pub fn shapes_fit(out: &[&mut [f32]], rows: usize, n: usize, mut lens: impl Iter
 
 impl B32Panel<'_> {
     /// Whether a tile kernel may run `tile` against this panel into `out`: a piece of every
-    /// tile row for each token, and each token's rows of `tile.per_row` blocks.
+    /// tile row for each token, each token's rows of `tile.per_row` blocks, and for a tile
+    /// with mins, the tokens' sums (`sa`) and a min per slot.
     pub fn fits(&self, tile: &B32Tile, out: &[&mut [f32]]) -> bool {
         let lens = self.acts.iter().map(|a| a.len());
         let lens = lens.chain(self.corr.iter().map(|c| c.len())).chain(self.da.iter().map(|d| d.len()));
-        out.len() >= self.acts.len() && shapes_fit(out, tile.vecs * LANES, tile.per_row, lens)
+        let mins = tile.m.is_empty()
+            || (tile.m.len() == tile.d.len() && self.sa.len() == self.acts.len() && self.sa.iter().all(|s| s.len() == tile.per_row));
+        mins && tile.d.len() == tile.vecs * tile.per_row && out.len() >= self.acts.len() && shapes_fit(out, tile.vecs * LANES, tile.per_row, lens)
     }
 }
 

@@ -318,10 +318,11 @@ impl Kernels {
         false
     }
 
-    /// The many-token product of a tile of 32-value-block weight rows (Q4_0, Q5_0, Q8_0 with
-    /// Q8_0 activations; see [`gemm`](super::gemm)): `out[t][r]`, each element bit-identical to
-    /// [`Kernels::dot`] of the x86 ISAs. Returns `false`, writing nothing, where this ISA has
-    /// no such kernel or the shapes do not fit (then multiply element by element).
+    /// The many-token product of a tile of 32-value-block weight rows (Q5_0, Q8_0 with Q8_0
+    /// activations; Q4_1 with Q8_1 activations as a panel with sums, AVX-512 only; see
+    /// [`gemm`](super::gemm)): `out[t][r]`, each element bit-identical to [`Kernels::dot`] of
+    /// the x86 ISAs. Returns `false`, writing nothing, where this ISA has no such kernel or the
+    /// shapes do not fit (then multiply element by element).
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // tiles are x86-only
     pub fn b32_tile(&self, tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
         match self.0 {
@@ -463,11 +464,11 @@ impl Kernels {
         }
     }
 
-    /// `tile` holding row groups `first..first + groups` (16 rows each) of the repacked Q5_0
-    /// or Q8_0 matrix `w`, for [`Kernels::b32_tile`]: the tile [`RowLaneTile::fill`] makes
+    /// `tile` holding row groups `first..first + groups` (16 rows each) of the repacked Q5_0,
+    /// Q8_0 or Q4_1 matrix `w`, for [`Kernels::b32_tile`]: the tile [`RowLaneTile::fill`] makes
     /// from the matrix's blocks, read from the packed lines. `false`, leaving `tile` as it was,
-    /// where the ISA has no packed kernels ([`Kernels::has_packed`]), for Q4_1, or where the
-    /// groups do not fit `w`.
+    /// where the ISA has no packed kernels ([`Kernels::has_packed`]) or where the groups do not
+    /// fit `w`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
     pub fn b32_fill_packed(&self, tile: &mut B32Tile, w: &B32Packed, first: usize, groups: usize) -> bool {
         match self.0 {

@@ -132,9 +132,10 @@ fn b32_tile_as<const SIGNED: bool>(tile: &B32Tile, panel: &B32Panel, out: &mut [
 
 /// `out[t][r]` for every row of `tile` and token of `panel`, bit-identical to
 /// [`b32_cell_scalar`](crate::quants::gemm::b32_cell_scalar) and to the single-token dots.
+/// Tiles with mins (Q4_1) have no AVX2 kernel: `false`.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn b32_tile(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
-    if !panel.fits(tile, out) {
+    if !tile.m.is_empty() || !panel.fits(tile, out) {
         return false;
     }
     match tile.offset {

@@ -36,10 +36,12 @@ const B32_T: usize = 2;
 
 /// Row group `v` against `T` tokens over every block: per block, lane `k` of 16 rows is
 /// `corr_k + vpdpbusd(u_k, a[4k..4k+4])`, then `acc[t][k] = fma(d_w * d_a, lane, acc[t][k])`;
-/// the result per row is `hsum_float_8` of its 8 lanes, written to `out[t][16 rows]`.
+/// the result per row is `hsum_float_8` of its 8 lanes, written to `out[t][16 rows]`. `MIN`
+/// (Q4_1): per block also `summs[t] = fma(m_w, s_a, summs[t])`, added to the result last, as
+/// ggml's `q4_1_q8_1` does.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn b32_step<const T: usize>(
+fn b32_step<const T: usize, const MIN: bool>(
     tile: &B32Tile,
     panel: &B32Panel,
     v: usize,
@@ -49,6 +51,8 @@ fn b32_step<const T: usize>(
     let n = tile.per_row;
     let q = &tile.q[v * n * 8..][..n * 8];
     let d = &tile.d[v * n..][..n];
+    let m: &[[f32; LANES]] = if MIN { &tile.m[v * n..][..n] } else { &[] };
+    let mut sa: [&[f32]; T] = [&[]; T];
     let mut acts: [&[BlockQ8_0]; T] = [&[]; T];
     let mut corr: [&[[i32; 8]]; T] = [&[]; T];
     let mut da: [&[f32]; T] = [&[]; T];
@@ -56,9 +60,20 @@ fn b32_step<const T: usize>(
         acts[t] = &panel.acts[t0 + t][..n];
         corr[t] = &panel.corr[t0 + t][..n];
         da[t] = &panel.da[t0 + t][..n];
+        if MIN {
+            sa[t] = &panel.sa[t0 + t][..n];
+        }
     }
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    let mut summs = [_mm512_setzero_ps(); T];
     for b in 0..n {
+        if MIN {
+            // SAFETY: m[b] is 16 f32.
+            let mw = unsafe { _mm512_loadu_ps(m[b].as_ptr()) };
+            for t in 0..T {
+                summs[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sa[t][b]), summs[t]);
+            }
+        }
         // SAFETY: d[b] is 16 f32.
         let dw = unsafe { _mm512_loadu_ps(d[b].as_ptr()) };
         let mut dd = [_mm512_setzero_ps(); T];
@@ -76,7 +91,7 @@ fn b32_step<const T: usize>(
         }
     }
     for (t, acc) in acc.iter().enumerate() {
-        let sum = hsum_lanes8(acc);
+        let sum = if MIN { _mm512_add_ps(hsum_lanes8(acc), summs[t]) } else { hsum_lanes8(acc) };
         let o = &mut out[t0 + t][v * LANES..(v + 1) * LANES];
         // SAFETY: o is 16 f32.
         unsafe { _mm512_storeu_ps(o.as_mut_ptr(), sum) };
@@ -90,19 +105,29 @@ fn b32_tile(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
     if !panel.fits(tile, out) {
         return false;
     }
+    if tile.m.is_empty() {
+        b32_steps::<false>(tile, panel, out);
+    } else {
+        b32_steps::<true>(tile, panel, out);
+    }
+    true
+}
+
+/// Every row group against every token, [`B32_T`] tokens per step.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn b32_steps<const MIN: bool>(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) {
     let tokens = panel.acts.len();
     for v in 0..tile.vecs {
         let mut t = 0;
         while t + B32_T <= tokens {
-            b32_step::<B32_T>(tile, panel, v, t, out);
+            b32_step::<B32_T, MIN>(tile, panel, v, t, out);
             t += B32_T;
         }
         while t < tokens {
-            b32_step::<1>(tile, panel, v, t, out);
+            b32_step::<1, MIN>(tile, panel, v, t, out);
             t += 1;
         }
     }
-    true
 }
 
 impl Avx512 {

@@ -124,14 +124,21 @@ fn slot_quants<const L: u8>(q: &[Line], high: &[Line], b: usize) -> [__m512i; 8]
     u
 }
 
-/// Row groups `first..first + groups` of `w` (Q5_0 or Q8_0) as a [`B32Tile`]: every slot's
-/// quants through [`slot_quants`], its 16 scales as f32.
+/// Row groups `first..first + groups` of `w` (Q5_0, Q8_0 or Q4_1) as a [`B32Tile`]: every
+/// slot's quants through [`slot_quants`], its 16 scales (and Q4_1's mins) as f32.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn b32_fill<const L: u8>(tile: &mut B32Tile, w: &B32Packed, first: usize, groups: usize) {
     let n = w.per_row;
     let slots = first * n..(first + groups) * n;
     reset(&mut tile.q, slots.len() * 8, [0; 64]);
     reset(&mut tile.d, slots.len(), [0.0; LANES]);
+    reset(&mut tile.m, if L == NIBBLES4_MIN { slots.len() } else { 0 }, [0.0; LANES]);
+    if L == NIBBLES4_MIN {
+        for (m, h) in tile.m.iter_mut().zip(&w.m[slots.clone()]) {
+            // SAFETY: `m` is 16 writable f32; storeu needs no alignment.
+            unsafe { _mm512_storeu_ps(m.as_mut_ptr(), ld_f16x16(h)) };
+        }
+    }
     let lines = w.lines();
     let q = &w.q[slots.start * lines..slots.end * lines];
     let high: &[Line] = if L == NIBBLES5 { &w.high[slots.clone()] } else { &[] };
@@ -180,8 +187,8 @@ fn b32_group_gemv<const L: u8>(w: &B32Packed, g: usize, panel: &B32Panel) -> __m
 impl Avx512 {
     /// `tile` holding row groups `first..first + groups` of `w` for [`Avx512::b32_tile`]: the
     /// same tile the scalar fill makes from the matrix's blocks, from the packed lines instead
-    /// (no unpacking of the file's blocks per call). `false`, leaving `tile` as it was, for a
-    /// layout without a tile kernel (Q4_1), an inconsistent `w` or groups past its end.
+    /// (no unpacking of the file's blocks per call). `false`, leaving `tile` as it was, for an
+    /// inconsistent `w` or groups past its end.
     pub fn b32_fill_packed(self, tile: &mut B32Tile, w: &B32Packed, first: usize, groups: usize) -> bool {
         if !w.consistent() || first + groups > w.groups() || w.rows % LANES != 0 {
             return false;
@@ -192,7 +199,7 @@ impl Avx512 {
             match w.layout() {
                 B32Layout::Bytes => b32_fill::<BYTES>(tile, w, first, groups),
                 B32Layout::Nibbles5 => b32_fill::<NIBBLES5>(tile, w, first, groups),
-                B32Layout::Nibbles4Min => return false,
+                B32Layout::Nibbles4Min => b32_fill::<NIBBLES4_MIN>(tile, w, first, groups),
             }
         }
         true

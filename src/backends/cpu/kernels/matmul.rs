@@ -27,7 +27,7 @@ use crate::quants::packed::PackedMatrix;
 use crate::quants::packed_k4::K8Row;
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
-    ActBlock, ActRow, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, GgmlType, QuantError, VecDot,
+    ActBlock, ActRow, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, BlockQ8_1, GgmlType, QuantError, VecDot,
     WeightBlock, blocks_of, vec_dot_type,
 };
 
@@ -262,6 +262,7 @@ fn matmul_with(
         && match w.ty {
             GgmlType::Q5_0 => gemm_b32::<BlockQ5_0>(pool, kernels, w, &acts, bias, out)?,
             GgmlType::Q8_0 => gemm_b32::<BlockQ8_0>(pool, kernels, w, &acts, bias, out)?,
+            GgmlType::Q4_1 => gemm_b32::<BlockQ4_1>(pool, kernels, w, &acts, bias, out)?,
             // Q4_0 of 16k rows is repacked by llama.cpp (its gemv order): element by element.
             GgmlType::Q4K => {
                 let lanes = RowLanes { panel: K8Panel::new, fill: |t: &mut K4Tile, b: &[BlockQ4K], n, _| kernels.k4_fill(t, b, n) };
@@ -402,7 +403,26 @@ fn run_row_tiles<S>(
     ok.into_inner()
 }
 
-/// [`gemm_row_lanes`] for a 32-value-block type (Q8_0 activations).
+/// The tile fill of a 32-value-block matrix: from the decode's packed copy where there is one
+/// (no unpacking of the file's blocks per call, [`Kernels::b32_fill_packed`]), else the
+/// scalar fill. The same tile either way.
+fn b32_fill<'w, W: Block32Gemm>(kernels: Kernels, w: &WeightMatrix<'w>) -> impl Fn(&mut B32Tile, &[W], usize, usize) + Sync + 'w {
+    let per_row = w.cols / 32;
+    let packed = match w.packed {
+        Some(PackedMatrix::B32(p)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => Some(p),
+        _ => None,
+    };
+    move |t: &mut B32Tile, b: &[W], n: usize, first: usize| {
+        let groups = b.len() / n.max(1) / LANES;
+        if !packed.is_some_and(|p| kernels.b32_fill_packed(t, p, first / LANES, groups)) {
+            t.fill(b, n);
+        }
+    }
+}
+
+/// The many-token product of a Q5_0, Q8_0 or Q4_1 matrix through [`Kernels::b32_tile`]. Q4_1's
+/// Q8_1 tokens become a panel of their Q8_0 quants and scales plus their sums, only where the
+/// tiles take mins (AVX-512, [`Kernels::has_packed`]; elsewhere `Ok(false)`).
 fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
     pool: &Pool,
     kernels: Kernels,
@@ -411,22 +431,21 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
     bias: Option<&[f32]>,
     out: &mut [f32],
 ) -> Result<bool, QuantError> {
-    // The decode copy, where there is one, fills the tiles without unpacking the file's blocks.
-    let per_row = w.cols / W::N;
-    let packed = match w.packed {
-        Some(PackedMatrix::B32(p)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => Some(p),
-        _ => None,
+    let fill = b32_fill::<W>(kernels, w);
+    let run = |t: &B32Tile, p: &B32Panel, o: &mut [&mut [f32]]| kernels.b32_tile(t, p, o);
+    if !W::HAS_MIN {
+        let lanes = RowLanes { panel: |rows| B32Panel::new(rows, W::OFFSET), fill };
+        return gemm_row_lanes::<W, BlockQ8_0, B32Tile, _>(pool, w, acts, bias, out, lanes, run);
+    }
+    let split: Option<Vec<_>> = acts.iter().map(|a| BlockQ8_1::blocks_in(a).map(split_q8_1)).collect();
+    let Some(split) = split.filter(|_| kernels.has_packed()) else { return Ok(false) };
+    let (y, sa): (Vec<Vec<BlockQ8_0>>, Vec<Vec<f32>>) = split.into_iter().unzip(); // [tokens][per_row]
+    let panel = |_: Vec<&[BlockQ8_1]>| {
+        let mut p = B32Panel::new(y.iter().map(Vec::as_slice).collect(), W::OFFSET);
+        p.sa = sa;
+        p
     };
-    let lanes = RowLanes {
-        panel: |rows| B32Panel::new(rows, W::OFFSET),
-        fill: |t: &mut B32Tile, b: &[W], n: usize, first: usize| {
-            let groups = b.len() / n.max(1) / LANES;
-            if !packed.is_some_and(|p| kernels.b32_fill_packed(t, p, first / LANES, groups)) {
-                t.fill(b, n);
-            }
-        },
-    };
-    gemm_row_lanes::<W, BlockQ8_0, B32Tile, _>(pool, w, acts, bias, out, lanes, |t, p, o| kernels.b32_tile(t, p, o))
+    gemm_row_lanes::<W, BlockQ8_1, B32Tile, _>(pool, w, acts, bias, out, RowLanes { panel, fill }, run)
 }
 
 /// The few-token product through a pair kernel ([`Kernels::b32_pairs`],
