@@ -303,3 +303,38 @@ fn every_error_is_one_line() {
     let e = err(&b).to_string();
     assert!(!e.contains('\n'), "{e}");
 }
+
+/// Releasing a tensor's pages (`release_tensor_pages`, what the CPU backend does once it holds
+/// a repacked copy) never changes a byte: not the tensor's, not a neighbour's sharing its edge
+/// pages (read back from the file after the pages are dropped), and not a file held in memory
+/// (`from_bytes`, where dropping pages would zero heap memory, so nothing is done).
+#[test]
+fn released_tensor_pages_read_back_unchanged() {
+    let big: Vec<u8> = (0..3 * 4096 + 96u32).flat_map(|i| (i.wrapping_mul(2_654_435_761) as f32).to_le_bytes()).collect();
+    let n = big.len() as u64 / 4;
+    let mut data = vec![7u8; 64]; // "small": 16 f32 before the big tensor, sharing its page
+    data.extend_from_slice(&big);
+    data.extend(vec![9u8; 64]); // "tail": after it, sharing its last page
+    let bytes = common::gguf_bytes::GgufBytes::default()
+        .kv_str("general.architecture", "qwen2")
+        .tensor("small", &[16], 0, 0)
+        .tensor("big", &[n], 0, 64)
+        .tensor("tail", &[16], 0, 64 + big.len() as u64)
+        .data(data.clone())
+        .build();
+    let path = std::env::temp_dir().join(format!("minfer-release-{}.gguf", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let mapped = GgufFile::open(&path).unwrap();
+    let held = GgufFile::from_bytes(bytes).unwrap();
+    for f in [&mapped, &held] {
+        let snapshot = |f: &GgufFile| ["small", "big", "tail"].map(|t| f.tensor_by_name(t).unwrap().1.to_vec());
+        let before = snapshot(f);
+        assert_eq!(before[1], big);
+        for t in f.tensors() {
+            f.release_tensor_pages(t);
+        }
+        assert_eq!(snapshot(f), before, "bytes changed after release");
+    }
+    drop(mapped);
+    std::fs::remove_file(path).ok();
+}

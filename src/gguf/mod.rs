@@ -275,6 +275,16 @@ impl GgufFile {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// Releases the process's resident pages of tensor `t`'s bytes where the file is mapped
+    /// ([`mmap::release`]: the bytes stay readable and unchanged, later reads fault them back
+    /// in); nothing for a file held in memory or a tensor out of bounds.
+    pub fn release_tensor_pages(&self, t: &TensorInfo) {
+        if let (Storage::Mapped(map), Ok(data)) = (&self.storage, self.tensor_data(t)) {
+            let offset = data.as_ptr() as usize - map.as_ptr() as usize;
+            mmap::release(map, offset, data.len());
+        }
+    }
+
     /// The tensor's bytes: a zero-copy slice of the map. The range was checked when the file was
     /// opened; an info that does not come from this file is an error, not a panic.
     pub fn tensor_data(&self, t: &TensorInfo) -> Result<&[u8], GgufError> {

@@ -121,6 +121,16 @@ impl WeightStore {
         Some(made)
     }
 
+    /// Releases the resident pages of matrix `id`'s bytes in the file's map, for a backend
+    /// that has made its own copy and no longer reads them on its usual paths
+    /// ([`GgufFile::release_tensor_pages`]: the bytes stay readable, a later read faults them
+    /// back in).
+    pub fn release_file_pages(&self, id: WeightId) {
+        if let Some(t) = self.file.tensors().get(id.0 as usize) {
+            self.file.release_tensor_pages(t);
+        }
+    }
+
     /// Bytes of weight `id` as a backend would hold it (the matrix's blocks, or the f32
     /// vector).
     pub fn bytes(&self, id: WeightId) -> Result<&[u8], GraphError> {

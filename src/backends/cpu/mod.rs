@@ -216,6 +216,12 @@ impl CpuBackend {
             if let Some(source) = failed {
                 return Err(GraphError::Weight { name: store.name(id).to_string(), source });
             }
+            // Q5_0, Q8_0 and Q4_1 copies also feed the prefill tiles, so the file's pages of
+            // those matrices are read again only by the few-token pair kernels: release them
+            // (they fault back in if read). Q4_K's tiles still read the file.
+            if let Some(PackedMatrix::B32(_)) = packed.as_deref() {
+                store.release_file_pages(id);
+            }
             let i = id.0 as usize;
             if self.packed.len() <= i {
                 self.packed.resize(i + 1, None);

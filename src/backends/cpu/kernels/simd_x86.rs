@@ -114,8 +114,7 @@ impl Avx512 {
         let n = q.len();
         let mut done = 0;
         if n > 0 && n.is_multiple_of(DOT_STEP) {
-            for (g, o) in out.chunks_exact_mut(16).enumerate() {
-                let o: &mut [f32; 16] = o.try_into().expect("chunks of 16");
+            for (g, o) in out.as_chunks_mut::<16>().0.iter_mut().enumerate() {
                 self.scores16(q, &rows[16 * g * stride..], stride, o);
                 done += 16;
             }
