@@ -12,8 +12,9 @@
 # the time to first token from a cold process. Before every run the page cache is dropped
 # (`echo 3 > /proc/sys/vm/drop_caches`, root only) so the model is read from disk; where that
 # is not allowed the runs are warm and the table says so. Peak RSS is GNU time's %M of a run
-# of 16 tokens. llama-completion is built by scripts/bench_vs_llama.sh's cached llama.cpp
-# build (this script adds that target). A benchmark, not a test: CI does not run it.
+# of 16 tokens. llama-completion comes from scripts/bench_vs_llama.sh's cached llama.cpp build
+# for this CPU's flags (this script adds that target). A benchmark, not a test: CI does not
+# run it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,18 +36,15 @@ done
 [ -x "$minfer" ] || { echo "bench_rss_ttft.sh: no minfer binary $minfer (cargo build --release)" >&2; exit 2; }
 [ -x /usr/bin/time ] || { echo "bench_rss_ttft.sh: needs GNU time (/usr/bin/time)" >&2; exit 2; }
 
-# The cached llama.cpp build of bench_vs_llama.sh (it builds llama-bench on first use).
+# bench_vs_llama.sh's llama.cpp build for this CPU's flags (built there on first use).
 cache=${MINFER_LLAMA_CACHE:-$HOME/.cache/minfer-llama}
-build=$(ls -d "$cache"/build-* 2>/dev/null | head -1 || true)
-if [ -z "$build" ]; then
-    scripts/bench_vs_llama.sh "$model" -p 0 -n 1 -r 1 --rounds 1 >/dev/null
-    build=$(ls -d "$cache"/build-* | head -1)
-fi
-cmake_bin=$(command -v cmake || echo "$cache/venv/bin/cmake")
-[ -x "$build/bin/llama-completion" ] || "$cmake_bin" --build "$build" --target llama-completion -j"$(nproc)" >/dev/null
-llama="$build/bin/llama-completion"
+bin=$(MINFER_LLAMA_BUILD_ONLY=1 scripts/bench_vs_llama.sh "$model" | tail -1)
+[ -d "$bin" ] || { echo "bench_rss_ttft.sh: no llama.cpp build ($bin)" >&2; exit 1; }
+[ -x "$bin/llama-completion" ] || "$cache/venv/bin/cmake" --build "$(dirname "$bin")" --target llama-completion -j"$(nproc)" >/dev/null
+llama="$bin/llama-completion"
 
-prompt=$(python3 -c "print(' '.join(['word'] * $words))")
+[[ "$words" =~ ^[0-9]+$ ]] || { echo "bench_rss_ttft.sh: -p takes a word count, not $words" >&2; exit 2; }
+prompt=$(printf 'word %.0s' $(seq "$words"))
 cold=warm
 if (sync && echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then cold=cold; fi
 drop() { if [ "$cold" = cold ]; then sync; echo 3 > /proc/sys/vm/drop_caches; fi; }
@@ -55,28 +53,37 @@ kv_args=()
 [ -n "$cache_type" ] && kv_args=(--cache-type "$cache_type")
 llama_kv=()
 [ -n "$cache_type" ] && llama_kv=(-ctk "$cache_type" -ctv "$cache_type")
-minfer_cmd=("$minfer" run -m "$model" -t "$threads" --ctx "$ctx" --temp 0 --raw "${kv_args[@]}" -p "$prompt" -n)
-llama_cmd=("$llama" -m "$model" -t "$threads" -c "$ctx" --temp 0 -no-cnv "${llama_kv[@]}" -p "$prompt" -n)
+minfer_cmd=("$minfer" run -m "$model" -t "$threads" --ctx "$ctx" --temp 0 --raw ${kv_args[@]+"${kv_args[@]}"} -p "$prompt" -n)
+llama_cmd=("$llama" -m "$model" -t "$threads" -c "$ctx" --temp 0 -no-cnv ${llama_kv[@]+"${llama_kv[@]}"} -p "$prompt" -n)
 
-# "seconds KiB": wall seconds of `-n 1` after a cache drop, peak RSS of `-n 16`.
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+# "seconds KiB": wall seconds of `-n 1` after a cache drop, peak RSS of `-n 16`. A run that
+# fails stops the script with its command and error output.
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+timed() { # FORMAT CMD...: GNU time's FORMAT of one run of CMD
+    local fmt=$1
+    shift
+    if ! /usr/bin/time -f "$fmt" -o "$out" "$@" </dev/null >/dev/null 2>"$err"; then
+        echo "bench_rss_ttft.sh: $1 failed (exit status or error below)" >&2
+        tail -5 "$err" >&2
+        exit 1
+    fi
+    tail -1 "$out"
+}
 measure() {
     local -n cmd=$1
     local t r
     drop
-    /usr/bin/time -f "%e" -o "$out" "${cmd[@]}" 1 </dev/null >/dev/null 2>&1
-    t=$(tail -1 "$out")
-    /usr/bin/time -f "%M" -o "$out" "${cmd[@]}" 16 </dev/null >/dev/null 2>&1
-    r=$(tail -1 "$out")
+    t=$(timed %e "${cmd[@]}" 1) || exit 1
+    r=$(timed %M "${cmd[@]}" 16) || exit 1
     echo "$t $r"
 }
 
 declare -a lt lr mt mr
 for ((i = 1; i <= rounds; i++)); do
     echo "bench_rss_ttft.sh: round $i/$rounds" >&2
-    read -r a b < <(measure llama_cmd); lt+=("$a"); lr+=("$b")
-    read -r a b < <(measure minfer_cmd); mt+=("$a"); mr+=("$b")
+    m=$(measure llama_cmd); read -r a b <<<"$m"; lt+=("$a"); lr+=("$b")
+    m=$(measure minfer_cmd); read -r a b <<<"$m"; mt+=("$a"); mr+=("$b")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 

@@ -310,7 +310,7 @@ fn every_error_is_one_line() {
 /// (`from_bytes`, where dropping pages would zero heap memory, so nothing is done).
 #[test]
 fn released_tensor_pages_read_back_unchanged() {
-    let big: Vec<u8> = (0..3 * 4096 + 96u32).flat_map(|i| (i.wrapping_mul(2_654_435_761) as f32).to_le_bytes()).collect();
+    let big: Vec<u8> = (0..256 * 1024 + 96u32).flat_map(|i| (i.wrapping_mul(2_654_435_761) as f32).to_le_bytes()).collect();
     let n = big.len() as u64 / 4;
     let mut data = vec![7u8; 64]; // "small": 16 f32 before the big tensor, sharing its page
     data.extend_from_slice(&big);
@@ -330,11 +330,29 @@ fn released_tensor_pages_read_back_unchanged() {
         let snapshot = |f: &GgufFile| ["small", "big", "tail"].map(|t| f.tensor_by_name(t).unwrap().1.to_vec());
         let before = snapshot(f);
         assert_eq!(before[1], big);
+        let resident = mapped_rss_kib(&path);
         for t in f.tensors() {
             f.release_tensor_pages(t);
+        }
+        if std::ptr::eq(f, &mapped) {
+            // The map's resident pages go (Linux: its `Rss` in /proc/self/smaps).
+            if let (Some(before), Some(after)) = (resident, mapped_rss_kib(&path)) {
+                assert!(before >= 1024 && after < before / 4, "resident {before} KiB -> {after} KiB after release");
+            }
         }
         assert_eq!(snapshot(f), before, "bytes changed after release");
     }
     drop(mapped);
     std::fs::remove_file(path).ok();
+}
+
+/// The resident KiB of this process's mapping of `path` (`Rss` in /proc/self/smaps), where the
+/// OS reports it.
+fn mapped_rss_kib(path: &std::path::Path) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let name = path.to_str()?;
+    let mut lines = smaps.lines().skip_while(|l| !l.ends_with(name));
+    lines.next()?;
+    let rss = lines.find(|l| l.starts_with("Rss:"))?;
+    rss.split_whitespace().nth(1)?.parse().ok()
 }

@@ -6,7 +6,8 @@ use memmap2::Mmap;
 
 /// Maps `file` read-only.
 pub fn map_readonly(file: &File) -> std::io::Result<Mmap> {
-    // SAFETY: the map is read-only and private to this process; minfer never writes model files.
+    // SAFETY: the map is read-only (memmap2 maps it shared, PROT_READ); minfer never writes
+    // model files.
     // Another process truncating or rewriting the file while it is mapped is outside what any
     // mmap-based reader (llama.cpp included) can defend against, and is documented as such.
     unsafe { Mmap::map(file) }
@@ -22,9 +23,10 @@ pub fn map_readonly(file: &File) -> std::io::Result<Mmap> {
 pub fn release(map: &Mmap, offset: usize, len: usize) {
     #[cfg(unix)]
     if offset.checked_add(len).is_some_and(|end| end <= map.len()) {
-        // SAFETY: the map is read-only and private (`map_readonly`), so it holds no changes to
-        // lose: after DONTNEED every byte reads back as the file's, which is all a `&[u8]` into
-        // the map (held elsewhere) may observe.
+        // SAFETY: a read-only file mapping (`map_readonly`: shared, PROT_READ) holds no
+        // changes of this process to lose: after DONTNEED its pages fault back in from the
+        // page cache with the file's bytes, the same bytes any `&[u8]` into the map (held
+        // elsewhere) has read so far.
         let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len) };
     }
     #[cfg(not(unix))]

@@ -3,7 +3,7 @@
 //!
 //! # Why the bits can be the same
 //!
-//! ggml's x86 `vec_dot` for a 32-value block type (Q4_0, Q5_0, Q8_0 · Q8_0) sums, per block,
+//! ggml's x86 `vec_dot` for a 32-value block type (Q4_0, Q5_0, Q8_0 · Q8_0; Q4_1 · Q8_1) sums, per block,
 //! the products of values `4k..4k+4` into i32 lane `k` of 8, converts the lanes to f32 and
 //! accumulates `acc[k] = fma(d_w * d_a, lane[k], acc[k])`; the row's result is
 //! `hsum_float_8(acc)`. The lane integers are exact, so *how* they are computed is free; only
@@ -16,7 +16,7 @@
 //!   `vpdpbusd` with the token's 4 activation bytes broadcast yields lane `k` of 16 rows, and
 //!   the scale product `d_w * d_a` is one multiply for 16 rows and all 8 lanes;
 //! * the quants are stored **unsigned**, `u = q + off` (`off` = 16 for Q5_0, 128 for
-//!   Q8_0), as `vpdpbusd` multiplies u8 by i8; the offset comes back through the
+//!   Q8_0, 0 for Q4_1, whose nibbles are unsigned already), as `vpdpbusd` multiplies u8 by i8; the offset comes back through the
 //!   activations' per-lane correction `corr[k] = -off * Σ a[4k..4k+4]`, the register's start
 //!   value: `Σ (u - off)·a = corr + Σ u·a`, exactly.
 //!
@@ -25,9 +25,10 @@
 //!
 //! # Map
 //!
-//! * [`Block32Gemm`]: the weight types this GEMM takes (Q5_0, Q8_0; a Q4_0 matrix of 16k rows
-//!   is one llama.cpp repacks, whose gemv order this lane order is not), their offset and
-//!   unpacking.
+//! * [`Block32Gemm`]: the weight types this GEMM takes (Q5_0, Q8_0, and Q4_1 with its mins:
+//!   `Σ m·s` over the blocks added after `hsum_float_8`, as ggml's `q4_1_q8_1`; a Q4_0 matrix of
+//!   16k rows is one llama.cpp repacks, whose gemv order this lane order is not), their offset
+//!   and unpacking.
 //! * [`B32Tile`]: unpacked weight rows in row lanes; [`B32Panel`]: the tokens' corrections
 //!   and scales.
 //! * [`b32_cell_scalar`] with [`tile_scalar`]: the scalar twin of the SIMD kernels (same lane
@@ -35,7 +36,8 @@
 
 use super::blocks::{BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1};
 
-/// A weight type of 32-value blocks multiplied with Q8_0 activations by `vec_dot`'s lane order.
+/// A weight type of 32-value blocks multiplied with Q8_0 activations (Q8_1 for Q4_1) by
+/// `vec_dot`'s lane order.
 pub trait Block32Gemm: Copy {
     /// `u = q + OFFSET` is the unsigned byte the kernels multiply.
     const OFFSET: i32;
@@ -213,7 +215,13 @@ pub fn shapes_fit(out: &[&mut [f32]], rows: usize, n: usize, mut lens: impl Iter
     out.iter().all(|o| o.len() >= rows) && lens.all(|l| l == n)
 }
 
-impl B32Panel<'_> {
+impl<'a> B32Panel<'a> {
+    /// The panel of Q8_1 tokens for Q4_1 weights (offset 0): `acts` and `sa` are the tokens'
+    /// Q8_0 parts and sums, as [`split_q8_1`] gives them.
+    pub fn with_sums(acts: Vec<&'a [BlockQ8_0]>, sa: Vec<Vec<f32>>) -> B32Panel<'a> {
+        B32Panel { sa, ..B32Panel::new(acts, BlockQ4_1::OFFSET) }
+    }
+
     /// Whether a tile kernel may run `tile` against this panel into `out`: a piece of every
     /// tile row for each token, each token's rows of `tile.per_row` blocks, and for a tile
     /// with mins, the tokens' sums (`sa`) and a min per slot.
@@ -222,7 +230,14 @@ impl B32Panel<'_> {
         let lens = lens.chain(self.corr.iter().map(|c| c.len())).chain(self.da.iter().map(|d| d.len()));
         let mins = tile.m.is_empty()
             || (tile.m.len() == tile.d.len() && self.sa.len() == self.acts.len() && self.sa.iter().all(|s| s.len() == tile.per_row));
-        mins && tile.d.len() == tile.vecs * tile.per_row && out.len() >= self.acts.len() && shapes_fit(out, tile.vecs * LANES, tile.per_row, lens)
+        let slots = tile.vecs * tile.per_row;
+        let tokens = self.acts.len();
+        mins && tile.d.len() == slots
+            && tile.q.len() == 8 * slots
+            && self.corr.len() == tokens
+            && self.da.len() == tokens
+            && out.len() >= tokens
+            && shapes_fit(out, tile.vecs * LANES, tile.per_row, lens)
     }
 }
 
@@ -232,8 +247,11 @@ pub fn hsum_float_8(l: &[f32; 8]) -> f32 {
 }
 
 /// One (row, token): the dot of weight row `w` with activation row `a` in `vec_dot`'s x86 lane
-/// order, computed as the kernels do (unsigned quants plus the offset correction).
+/// order, computed as the kernels do (unsigned quants plus the offset correction). For types
+/// without a min (Q5_0, Q8_0): a Q4_1 row's `m·s` sums need the Q8_1 sums, which `a` lacks; its
+/// tiles are checked against the x86 dot instead.
 pub fn b32_cell_scalar<W: Block32Gemm>(w: &[W], a: &[BlockQ8_0]) -> f32 {
+    debug_assert!(!W::HAS_MIN, "b32_cell_scalar has no Q8_1 sums for a type with a min");
     let mut acc = [0.0f32; 8];
     for (x, y) in w.iter().zip(a) {
         let (u, dw) = x.unpack();

@@ -342,7 +342,7 @@ impl ActBlock for f32 {
 }
 
 /// Checks that `x` fills `out` exactly with blocks of `B`.
-fn check_row<B: ActBlock>(x: &[f32], blocks: usize) -> Result<(), QuantError> {
+pub(crate) fn check_row<B: ActBlock>(x: &[f32], blocks: usize) -> Result<(), QuantError> {
     let ty = B::TYPE;
     let n = x.len();
     if !n.is_multiple_of(B::N) {

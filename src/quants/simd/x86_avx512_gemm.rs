@@ -98,8 +98,8 @@ fn b32_step<const T: usize, const MIN: bool>(
     }
 }
 
-/// `out[t][r]` for every row of `tile` and token of `panel`, bit-identical to
-/// [`b32_cell_scalar`](crate::quants::gemm::b32_cell_scalar) and to the single-token dots.
+/// `out[t][r]` for every row of `tile` and token of `panel`, bit-identical to the single-token
+/// dots (and for Q5_0 / Q8_0 to [`b32_cell_scalar`](crate::quants::gemm::b32_cell_scalar)).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn b32_tile(tile: &B32Tile, panel: &B32Panel, out: &mut [&mut [f32]]) -> bool {
     if !panel.fits(tile, out) {

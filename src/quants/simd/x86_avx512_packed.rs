@@ -190,7 +190,7 @@ impl Avx512 {
     /// (no unpacking of the file's blocks per call). `false`, leaving `tile` as it was, for an
     /// inconsistent `w` or groups past its end.
     pub fn b32_fill_packed(self, tile: &mut B32Tile, w: &B32Packed, first: usize, groups: usize) -> bool {
-        if !w.consistent() || first + groups > w.groups() || w.rows % LANES != 0 {
+        if !w.consistent() || first.checked_add(groups).is_none_or(|end| end > w.groups()) || w.rows % LANES != 0 {
             return false;
         }
         // SAFETY: an Avx512 token exists only where detection found every feature enabled;

@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 use super::x86_avx2::Avx2;
 use super::x86_avx512::Avx512;
 use crate::quants::blocks::{BlockQ8_0, BlockQ8_1, BlockQ8K, QK_K, QK32};
-use crate::quants::q8::ActBlock;
+use crate::quants::q8::{ActBlock, check_row};
 use crate::quants::scalars::F16Le;
 use crate::quants::{ActRow, GgmlType, QuantError};
 
@@ -60,12 +60,19 @@ fn q8_ints(x: &[f32; 32]) -> (f32, [__m256i; 4]) {
     (d, v.map(|r| _mm256_cvtps_epi32(_mm256_mul_ps(r, id))))
 }
 
+/// The dword order that undoes `packs_epi32` + `packs_epi16` across the two 128-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_order() -> __m256i {
+    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)
+}
+
 /// The 32 int32 values of `q` saturated to i8 (`packs_epi32`, `packs_epi16`), in value order.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pack_sat(q: &[__m256i; 4], out: &mut [i8; 32]) {
     let p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    let p = _mm256_permutevar8x32_epi32(p, pack_order());
     // SAFETY: out is 32 bytes; storeu needs no alignment.
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), p) };
 }
@@ -134,7 +141,7 @@ fn q8k_block(x: &[f32; QK_K], o: &mut BlockQ8K) {
     let (is, magic) = (_mm256_set1_ps(iscale), _mm256_set1_ps(12_582_912.0));
     let (mant, half) = (_mm256_set1_epi32(0x007f_ffff), _mm256_set1_epi32(0x0040_0000));
     let (cap, low) = (_mm256_set1_epi32(127), _mm256_set1_epi32(0xff));
-    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let order = pack_order();
     for (c, regs) in v.chunks_exact(4).enumerate() {
         // Low byte of min(127, (bits(iscale*x + magic) & mant) - half), per value.
         let b: [__m256i; 4] = std::array::from_fn(|i| {
@@ -160,17 +167,16 @@ fn q8k_block(x: &[f32; QK_K], o: &mut BlockQ8K) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8k_row(x: &[f32], out: &mut [BlockQ8K]) {
-    for (o, x) in out.iter_mut().zip(x.chunks_exact(QK_K).filter_map(|c| c.first_chunk())) {
+    for (o, x) in out.iter_mut().zip(x.chunks_exact(QK_K).filter_map(|c| c.first_chunk::<QK_K>())) {
         q8k_block(x, o);
     }
 }
 
-/// Blocks of `B` for `x`, with [`ActRow::quantize`]'s length check.
+/// Blocks of `B` for `x`, after the scalar quantizers' length check.
 fn blocks<B: ActBlock>(x: &[f32]) -> Result<Vec<B>, QuantError> {
-    if !x.len().is_multiple_of(B::N) {
-        return Err(QuantError::RaggedRow { ty: B::TYPE, n: x.len(), block: B::N });
-    }
-    Ok(vec![B::default(); x.len() / B::N])
+    let n = x.len() / B::N;
+    check_row::<B>(x, n)?;
+    Ok(vec![B::default(); n])
 }
 
 /// `x` as an activation row of type `act` where this file has its quantizer (Q8_0, Q8_1,

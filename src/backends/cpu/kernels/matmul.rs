@@ -24,6 +24,7 @@ use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile, split_q8_
 use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
 use crate::quants::gemm_pairs::{B32Pairs, K8Pairs, PAIR_TOKENS};
 use crate::quants::packed::PackedMatrix;
+use crate::quants::packed_b32::B32Packed;
 use crate::quants::packed_k4::K8Row;
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
@@ -407,16 +408,21 @@ fn run_row_tiles<S>(
 /// (no unpacking of the file's blocks per call, [`Kernels::b32_fill_packed`]), else the
 /// scalar fill. The same tile either way.
 fn b32_fill<'w, W: Block32Gemm>(kernels: Kernels, w: &WeightMatrix<'w>) -> impl Fn(&mut B32Tile, &[W], usize, usize) + Sync + 'w {
-    let per_row = w.cols / 32;
-    let packed = match w.packed {
-        Some(PackedMatrix::B32(p)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => Some(p),
-        _ => None,
-    };
+    let packed = b32_copy(w);
     move |t: &mut B32Tile, b: &[W], n: usize, first: usize| {
         let groups = b.len() / n.max(1) / LANES;
-        if !packed.is_some_and(|p| kernels.b32_fill_packed(t, p, first / LANES, groups)) {
+        let from_copy = first.is_multiple_of(LANES) && packed.is_some_and(|p| kernels.b32_fill_packed(t, p, first / LANES, groups));
+        if !from_copy {
             t.fill(b, n);
         }
+    }
+}
+
+/// `w`'s packed Q5_0/Q8_0/Q4_1 copy, where it has one that matches it.
+fn b32_copy<'w>(w: &WeightMatrix<'w>) -> Option<&'w B32Packed> {
+    match w.packed {
+        Some(PackedMatrix::B32(p)) if p.ty == w.ty && p.rows == w.rows && p.per_row * w.ty.block_size() == w.cols => Some(p),
+        _ => None,
     }
 }
 
@@ -437,14 +443,13 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
         let lanes = RowLanes { panel: |rows| B32Panel::new(rows, W::OFFSET), fill };
         return gemm_row_lanes::<W, BlockQ8_0, B32Tile, _>(pool, w, acts, bias, out, lanes, run);
     }
+    if !kernels.has_packed() {
+        return Ok(false);
+    }
     let split: Option<Vec<_>> = acts.iter().map(|a| BlockQ8_1::blocks_in(a).map(split_q8_1)).collect();
-    let Some(split) = split.filter(|_| kernels.has_packed()) else { return Ok(false) };
+    let Some(split) = split else { return Ok(false) };
     let (y, sa): (Vec<Vec<BlockQ8_0>>, Vec<Vec<f32>>) = split.into_iter().unzip(); // [tokens][per_row]
-    let panel = |_: Vec<&[BlockQ8_1]>| {
-        let mut p = B32Panel::new(y.iter().map(Vec::as_slice).collect(), W::OFFSET);
-        p.sa = sa;
-        p
-    };
+    let panel = |_: Vec<&[BlockQ8_1]>| B32Panel::with_sums(y.iter().map(Vec::as_slice).collect(), sa);
     gemm_row_lanes::<W, BlockQ8_1, B32Tile, _>(pool, w, acts, bias, out, RowLanes { panel, fill }, run)
 }
 
@@ -521,15 +526,14 @@ fn multiply_packed(
             let row = K8Row::new(y);
             each_group(pool, out, |g, piece| kernels.k4_packed_gemv(p, g, &row, piece))
         }
-        (PackedMatrix::B32(p), ActRow::Q8_0(y)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => {
+        (PackedMatrix::B32(_), ActRow::Q8_0(y)) if let Some(p) = b32_copy(w) => {
             let panel = B32Panel::new(vec![y.as_slice()], p.offset());
             each_group(pool, out, |g, piece| kernels.b32_packed_gemv(p, g, &panel, piece))
         }
-        (PackedMatrix::B32(p), ActRow::Q8_1(y)) if p.ty == w.ty && p.rows == w.rows && p.per_row == per_row => {
+        (PackedMatrix::B32(_), ActRow::Q8_1(y)) if let Some(p) = b32_copy(w) => {
             // Q4_1: the Q8_1 blocks' quants and scales as Q8_0's, and their sums beside.
             let (y, sa) = split_q8_1(y);
-            let mut panel = B32Panel::new(vec![y.as_slice()], p.offset());
-            panel.sa = vec![sa];
+            let panel = B32Panel::with_sums(vec![y.as_slice()], vec![sa]);
             each_group(pool, out, |g, piece| kernels.b32_packed_gemv(p, g, &panel, piece))
         }
         _ => return Ok(false),
