@@ -34,6 +34,7 @@
 //! * [`b32_cell_scalar`] with [`tile_scalar`]: the scalar twin of the SIMD kernels (same lane
 //!   integers, same float order), which the tests compare them with.
 
+use super::F16Le;
 use super::blocks::{BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1};
 
 /// A weight type of 32-value blocks multiplied with Q8_0 activations (Q8_1 for Q4_1) by
@@ -46,9 +47,9 @@ pub trait Block32Gemm: Copy {
     const HAS_MIN: bool = false;
     /// The block's 32 unsigned quants in value order, and its scale as f32.
     fn unpack(&self) -> ([u8; 32], f32);
-    /// The block's min as f32 (0 for types without one).
-    fn min(&self) -> f32 {
-        0.0
+    /// The block's min as stored (zero for types without one).
+    fn min(&self) -> F16Le {
+        F16Le([0, 0])
     }
 }
 
@@ -77,8 +78,8 @@ impl Block32Gemm for BlockQ4_1 {
     fn unpack(&self) -> ([u8; 32], f32) {
         (nibbles_with_bit(&self.qs, 0), self.d.to_f32())
     }
-    fn min(&self) -> f32 {
-        self.m.to_f32()
+    fn min(&self) -> F16Le {
+        self.m
     }
 }
 
@@ -161,7 +162,7 @@ impl<W: Block32Gemm> RowLaneTile<W> for B32Tile {
             put_lane_groups(&mut self.q[vb * 8..][..8], lane, &q);
             self.d[vb][lane] = d;
             if W::HAS_MIN {
-                self.m[vb][lane] = blk.min();
+                self.m[vb][lane] = blk.min().to_f32();
             }
         });
         (self.vecs, self.per_row, self.offset) = (vecs, per_row, W::OFFSET);

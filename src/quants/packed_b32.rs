@@ -41,7 +41,7 @@
 
 use super::F16Le;
 use super::blocks::{BlockQ4_1, BlockQ5_0, BlockQ8_0};
-use super::gemm::{B32Panel, LANES, hsum_float_8};
+use super::gemm::{B32Panel, Block32Gemm, LANES, hsum_float_8};
 use super::dequant::WeightBlock;
 use super::types::GgmlType;
 
@@ -56,20 +56,15 @@ impl Line {
     const ZERO: Line = Line([0; 64]);
 }
 
-/// A 32-value block type that packs this way (Q5_0, Q8_0, Q4_1).
-pub trait Block32Pack: WeightBlock + Copy {
+/// A 32-value block type that packs this way (Q5_0, Q8_0, Q4_1); a type with a min
+/// ([`Block32Gemm::HAS_MIN`]) keeps it per 16 rows and block.
+pub trait Block32Pack: Block32Gemm + WeightBlock {
     /// Whether the fifth bits come as a line of masks per 16 rows and block.
     const HIGH: bool;
-    /// Whether the block has a min (`x = d·q + m`), kept per 16 rows and block.
-    const MIN: bool = false;
     /// Puts this block in lane `r` of its slot: `q` is the slot's lines
     /// ([`B32Layout::lines`]), `high` its mask line (ignored where there is none).
     fn put(&self, r: usize, q: &mut [Line], high: &mut Line);
     fn scale(&self) -> F16Le;
-    /// The block's min (zero where it has none).
-    fn min(&self) -> F16Le {
-        F16Le([0, 0])
-    }
 }
 
 /// Nibbles `qs` (16 bytes, two values each) into lane `r` of the 4 lines `q`: line `j` takes
@@ -99,15 +94,11 @@ impl Block32Pack for BlockQ5_0 {
 
 impl Block32Pack for BlockQ4_1 {
     const HIGH: bool = false;
-    const MIN: bool = true;
     fn put(&self, r: usize, q: &mut [Line], _high: &mut Line) {
         put_nibbles(&self.qs, r, q);
     }
     fn scale(&self) -> F16Le {
         self.d
-    }
-    fn min(&self) -> F16Le {
-        self.m
     }
 }
 
@@ -192,7 +183,7 @@ impl B32Packed {
         let mut q = vec![Line::ZERO; slots * lines];
         let mut high = vec![Line::ZERO; if W::HIGH { slots } else { 0 }];
         let mut d = vec![[F16Le([0, 0]); LANES]; slots];
-        let mut m = vec![[F16Le([0, 0]); LANES]; if W::MIN { slots } else { 0 }];
+        let mut m = vec![[F16Le([0, 0]); LANES]; if W::HAS_MIN { slots } else { 0 }];
         let mut spare = Line::ZERO;
         for (row, blocks_of_row) in blocks.chunks_exact(per_row).enumerate() {
             let (g, r) = (row / LANES, row % LANES);
@@ -201,7 +192,7 @@ impl B32Packed {
                 let h = if W::HIGH { &mut high[gb] } else { &mut spare };
                 blk.put(r, &mut q[gb * lines..(gb + 1) * lines], h);
                 d[gb][r] = blk.scale();
-                if W::MIN {
+                if W::HAS_MIN {
                     m[gb][r] = blk.min();
                 }
             }
