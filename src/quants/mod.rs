@@ -45,6 +45,7 @@ pub mod gemv;
 pub mod packed;
 pub mod packed_b32;
 pub mod packed_k4;
+pub mod packed_k6;
 pub mod q8;
 mod scalars;
 pub mod simd;

@@ -195,10 +195,10 @@ impl CpuBackend {
     }
 
     /// Repacks the matrices that one-token passes multiply (`ids`) where their type packs
-    /// ([`PackedMatrix::for_decode`]: Q4_K in llama.cpp's gemv order, Q5_0, Q8_0), the
+    /// ([`PackedMatrix::for_decode`]: Q4_K in llama.cpp's gemv order, Q6_K, Q5_0, Q8_0, Q4_1), the
     /// detected kernels have packed products and [`REPACK_ENV`] is not `0`. Each copy is made
     /// once per model ([`WeightStore::prepared`]) and costs about what the file's blocks cost
-    /// (148 bytes per 144 of Q4_K, the same for Q5_0 and Q8_0).
+    /// (148 bytes per 144 of Q4_K, 212 per 210 of Q6_K, the same for Q5_0, Q8_0 and Q4_1).
     fn pack_for_decode(&mut self, store: &WeightStore, ids: &[WeightId]) -> Result<(), GraphError> {
         let off = std::env::var(REPACK_ENV).is_ok_and(|v| v == "0");
         if off || self.isa == Some(KernelIsa::Scalar) || !Kernels::active().has_packed() {
@@ -216,10 +216,11 @@ impl CpuBackend {
             if let Some(source) = failed {
                 return Err(GraphError::Weight { name: store.name(id).to_string(), source });
             }
-            // Q5_0, Q8_0 and Q4_1 copies also feed the prefill tiles, so the file's pages of
-            // those matrices are read again only by the few-token pair kernels: release them
-            // (they fault back in if read). Q4_K's tiles still read the file.
-            if let Some(PackedMatrix::B32(_)) = packed.as_deref() {
+            // Q6_K, Q5_0, Q8_0 and Q4_1 copies also feed the prefill tiles, so the file's
+            // pages of those matrices are read again only by the few-token pair kernels (and
+            // a row lookup of a tied embedding): release them (they fault back in if read).
+            // Q4_K's tiles still read the file.
+            if let Some(PackedMatrix::B32(_) | PackedMatrix::K6(_)) = packed.as_deref() {
                 store.release_file_pages(id);
             }
             let i = id.0 as usize;

@@ -71,6 +71,7 @@ use super::gemm_pairs::{B32Pairs, K8Pairs};
 use super::gemm_k::{K4Tile, K6Tile, K8Panel};
 use super::packed_b32::B32Packed;
 use super::packed_k4::{K4Packed, K8Row};
+use super::packed_k6::K6Packed;
 use super::q8::ActBlock;
 use super::scalars::{Bf16Le, F16Le, F32Le};
 use super::{ActRow, GgmlType, QuantError};
@@ -91,6 +92,8 @@ mod x86_avx512_gemm;
 mod x86_avx512_pairs;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512_packed;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512_packed_k6;
 #[cfg(target_arch = "x86_64")]
 mod x86_q8;
 
@@ -395,6 +398,31 @@ impl Kernels {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => t.k4_packed_gemv(w, first, a, out),
+            _ => false,
+        }
+    }
+
+    /// One token's product with the rows of groups `first..` of a repacked Q6_K matrix:
+    /// `out[i]` for row `16·first + i`, each bit-identical to [`Kernels::dot`] of that row.
+    /// Returns `false`, writing nothing, where this ISA has no such kernel or the shapes do not
+    /// fit.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
+    pub fn k6_packed_gemv(&self, w: &K6Packed, first: usize, a: &[BlockQ8K], out: &mut [f32]) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.k6_packed_gemv(w, first, a, out),
+            _ => false,
+        }
+    }
+
+    /// A [`K6Tile`] of row groups `first..first + groups` of a repacked Q6_K matrix, equal to
+    /// [`Kernels::k6_fill`] of the same rows' blocks. `false`, leaving `tile` as it was, where
+    /// this ISA has no such fill or the groups are not all in `w`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
+    pub fn k6_fill_packed(&self, tile: &mut K6Tile, w: &K6Packed, first: usize, groups: usize) -> bool {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512(t) => t.k6_fill_packed(tile, w, first, groups),
             _ => false,
         }
     }

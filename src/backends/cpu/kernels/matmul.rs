@@ -26,6 +26,7 @@ use crate::quants::gemm_pairs::{B32Pairs, K8Pairs, PAIR_TOKENS};
 use crate::quants::packed::PackedMatrix;
 use crate::quants::packed_b32::B32Packed;
 use crate::quants::packed_k4::K8Row;
+use crate::quants::packed_k6::K6Packed;
 use crate::quants::simd::{Isa, Kernels, SimdDot, SimdError};
 use crate::quants::{
     ActBlock, ActRow, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, BlockQ8_1, GgmlType, QuantError, VecDot,
@@ -270,7 +271,7 @@ fn matmul_with(
                 gemm_row_lanes(pool, w, &acts, bias, out, lanes, |t, p, o| kernels.k4_tile(t, p, o))?
             }
             GgmlType::Q6K => {
-                let lanes = RowLanes { panel: K8Panel::new, fill: |t: &mut K6Tile, b: &[BlockQ6K], n, _| kernels.k6_fill(t, b, n) };
+                let lanes = RowLanes { panel: K8Panel::new, fill: k6_fill(kernels, w) };
                 gemm_row_lanes(pool, w, &acts, bias, out, lanes, |t, p, o| kernels.k6_tile(t, p, o))?
             }
             _ => false,
@@ -426,6 +427,27 @@ fn b32_copy<'w>(w: &WeightMatrix<'w>) -> Option<&'w B32Packed> {
     }
 }
 
+/// The tile fill of a Q6_K matrix: from the decode's packed copy where there is one
+/// ([`Kernels::k6_fill_packed`]), else from the file's blocks. The same tile either way.
+fn k6_fill<'w>(kernels: Kernels, w: &WeightMatrix<'w>) -> impl Fn(&mut K6Tile, &[BlockQ6K], usize, usize) + Sync + 'w {
+    let packed = k6_copy(w);
+    move |t: &mut K6Tile, b: &[BlockQ6K], n: usize, first: usize| {
+        let groups = b.len() / n.max(1) / LANES;
+        let from_copy = first.is_multiple_of(LANES) && packed.is_some_and(|p| kernels.k6_fill_packed(t, p, first / LANES, groups));
+        if !from_copy {
+            kernels.k6_fill(t, b, n);
+        }
+    }
+}
+
+/// `w`'s packed Q6_K copy, where it has one that matches it.
+fn k6_copy<'w>(w: &WeightMatrix<'w>) -> Option<&'w K6Packed> {
+    match w.packed {
+        Some(PackedMatrix::K6(p)) if w.ty == GgmlType::Q6K && p.rows == w.rows && p.per_row * w.ty.block_size() == w.cols => Some(p),
+        _ => None,
+    }
+}
+
 /// The many-token product of a Q5_0, Q8_0 or Q4_1 matrix through [`Kernels::b32_tile`]. Q4_1's
 /// Q8_1 tokens become a panel of their Q8_0 quants and scales plus their sums, only where the
 /// tiles take mins (AVX-512, [`Kernels::has_packed`]; elsewhere `Ok(false)`).
@@ -503,7 +525,8 @@ fn multiply_b32_pairs<W: Block32Gemm + WeightBlock + Sync>(
 }
 
 /// One token's product with a repacked copy, each worker a group of 16 rows at a time:
-/// Q4_K through [`Kernels::k4_packed_gemv`] (the bits of [`Kernels::gemv`] per row), Q5_0,
+/// Q4_K through [`Kernels::k4_packed_gemv`] (the bits of [`Kernels::gemv`] per row), Q6_K
+/// through [`Kernels::k6_packed_gemv`] (the bits of [`Kernels::dot`]), Q5_0,
 /// Q8_0 and Q4_1 through [`Kernels::b32_packed_gemv`] (the bits of [`Kernels::dot`]). `false`, writing
 /// nothing, where the ISA has no packed kernels or the copy does not match the matrix.
 fn multiply_packed(
@@ -525,6 +548,9 @@ fn multiply_packed(
         (PackedMatrix::K4(p), ActRow::Q8K(y)) if gemv_order && w.ty == GgmlType::Q4K && p.rows == w.rows && p.per_row == per_row => {
             let row = K8Row::new(y);
             each_group(pool, out, |g, piece| kernels.k4_packed_gemv(p, g, &row, piece))
+        }
+        (PackedMatrix::K6(_), ActRow::Q8K(y)) if let Some(p) = k6_copy(w) => {
+            each_group(pool, out, |g, piece| kernels.k6_packed_gemv(p, g, y, piece))
         }
         (PackedMatrix::B32(_), ActRow::Q8_0(y)) if let Some(p) = b32_copy(w) => {
             let panel = B32Panel::new(vec![y.as_slice()], p.offset());
