@@ -305,3 +305,32 @@ fn tiles_filled_from_packed_copies_equal_the_scalar_fill() {
     assert!(!kernels.b32_fill_packed(&mut t, &partial, 0, 1));
     assert!(t.q.is_empty());
 }
+
+#[test]
+fn copies_hand_back_their_source_in_order_as_they_grow() {
+    use minfer::quants::packed::RELEASE_RUN;
+    let mut rng = Rng(0x7e1e);
+    // Q8_0 4096 x 1024: 4.25 MiB of blocks, so several runs and a shorter last one.
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 4096, 1024), (GgmlType::Q6K, 1040, 1024), (GgmlType::Q5_0, 16, 64)] {
+        let bytes = matrix_bytes(&mut rng, ty, rows, cols);
+        let mut ranges = Vec::new();
+        let packed = PackedMatrix::for_decode_releasing(ty, &bytes, rows, cols, &mut |r| ranges.push(r)).unwrap().unwrap();
+        let plain = PackedMatrix::for_decode(ty, &bytes, rows, cols).unwrap().unwrap();
+        assert_eq!(packed.bytes(), plain.bytes());
+        assert_eq!(ranges.first().map(|r| r.start), Some(0), "{ty:?}");
+        assert_eq!(ranges.last().map(|r| r.end), Some(bytes.len()), "{ty:?}");
+        for pair in ranges.windows(2) {
+            assert_eq!(pair[0].end, pair[1].start, "{ty:?}: runs in order, no gap");
+            assert!(pair[0].len() >= RELEASE_RUN, "{ty:?}: {} bytes is a short run before the last", pair[0].len());
+        }
+        // Each run ends on a row boundary: its rows are copied when it is handed back.
+        let row_bytes = bytes.len() / rows;
+        assert!(ranges.iter().all(|r| r.end % row_bytes == 0), "{ty:?}");
+        assert!(bytes.len() < RELEASE_RUN || ranges.len() > 1, "{ty:?}");
+    }
+    // A type without a copy hands nothing back.
+    let bytes = matrix_bytes(&mut rng, GgmlType::Q4_0, 16, 64);
+    let mut calls = 0;
+    assert!(PackedMatrix::for_decode_releasing(GgmlType::Q4_0, &bytes, 16, 64, &mut |_| calls += 1).unwrap().is_none());
+    assert_eq!(calls, 0);
+}

@@ -279,9 +279,18 @@ impl GgufFile {
     /// ([`mmap::release`]: the bytes stay readable and unchanged, later reads fault them back
     /// in); nothing for a file held in memory or a tensor out of bounds.
     pub fn release_tensor_pages(&self, t: &TensorInfo) {
+        self.release_tensor_range(t, 0..usize::MAX);
+    }
+
+    /// [`GgufFile::release_tensor_pages`] for bytes `range` of tensor `t`'s data (clipped to
+    /// them; the pages that hold them, whole).
+    pub fn release_tensor_range(&self, t: &TensorInfo, range: std::ops::Range<usize>) {
         if let (Storage::Mapped(map), Ok(data)) = (&self.storage, self.tensor_data(t)) {
-            let offset = data.as_ptr() as usize - map.as_ptr() as usize;
-            mmap::release(map, offset, data.len());
+            let (start, end) = (range.start.min(data.len()), range.end.min(data.len()));
+            if start < end {
+                let offset = data.as_ptr() as usize - map.as_ptr() as usize;
+                mmap::release(map, offset + start, end - start);
+            }
         }
     }
 

@@ -126,8 +126,14 @@ impl WeightStore {
     /// ([`GgufFile::release_tensor_pages`]: the bytes stay readable, a later read faults them
     /// back in).
     pub fn release_file_pages(&self, id: WeightId) {
+        self.release_file_range(id, 0..usize::MAX);
+    }
+
+    /// [`WeightStore::release_file_pages`] for bytes `range` of the matrix (clipped to them),
+    /// for a backend releasing them as its copy grows.
+    pub fn release_file_range(&self, id: WeightId, range: std::ops::Range<usize>) {
         if let Some(t) = self.file.tensors().get(id.0 as usize) {
-            self.file.release_tensor_pages(t);
+            self.file.release_tensor_range(t, range);
         }
     }
 

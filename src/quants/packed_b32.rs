@@ -174,6 +174,12 @@ impl B32Packed {
     /// Repacks `blocks` (`[rows][per_row]`, the file's order). `None` when the lengths do not
     /// agree.
     pub fn new<W: Block32Pack>(blocks: &[W], rows: usize, per_row: usize) -> Option<B32Packed> {
+        B32Packed::new_with(blocks, rows, per_row, &mut |_| {})
+    }
+
+    /// [`B32Packed::new`], calling `rows_done(n)` once the first `n` rows are copied (after
+    /// every row), so that a caller can release the source as the copy grows.
+    pub fn new_with<W: Block32Pack>(blocks: &[W], rows: usize, per_row: usize, rows_done: &mut dyn FnMut(usize)) -> Option<B32Packed> {
         let ty = <W as WeightBlock>::TYPE;
         let lines = B32Layout::of(ty)?.lines();
         if per_row == 0 || rows.checked_mul(per_row) != Some(blocks.len()) {
@@ -196,6 +202,7 @@ impl B32Packed {
                     m[gb][r] = blk.min();
                 }
             }
+            rows_done(row + 1);
         }
         Some(B32Packed { ty, q, high, d, m, rows, per_row })
     }

@@ -94,6 +94,12 @@ impl K4Packed {
     /// Repacks `blocks` (`[rows][per_row]`, the file's order). `None` when the lengths do not
     /// agree.
     pub fn new(blocks: &[BlockQ4K], rows: usize, per_row: usize) -> Option<K4Packed> {
+        K4Packed::new_with(blocks, rows, per_row, &mut |_| {})
+    }
+
+    /// [`K4Packed::new`], calling `rows_done(n)` once the first `n` rows are copied (after
+    /// every row), so that a caller can release the source as the copy grows.
+    pub fn new_with(blocks: &[BlockQ4K], rows: usize, per_row: usize, rows_done: &mut dyn FnMut(usize)) -> Option<K4Packed> {
         if per_row == 0 || rows.checked_mul(per_row) != Some(blocks.len()) {
             return None;
         }
@@ -104,6 +110,7 @@ impl K4Packed {
             for (s, b) in blocks_of_row.iter().enumerate() {
                 packed[g * per_row + s].put(r, b);
             }
+            rows_done(row + 1);
         }
         Some(K4Packed { blocks: packed, rows, per_row })
     }

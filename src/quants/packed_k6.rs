@@ -97,6 +97,12 @@ impl K6Packed {
     /// Repacks `blocks` (`[rows][per_row]`, the file's order). `None` when the lengths do not
     /// agree.
     pub fn new(blocks: &[BlockQ6K], rows: usize, per_row: usize) -> Option<K6Packed> {
+        K6Packed::new_with(blocks, rows, per_row, &mut |_| {})
+    }
+
+    /// [`K6Packed::new`], calling `rows_done(n)` once the first `n` rows are copied (after
+    /// every row), so that a caller can release the source as the copy grows.
+    pub fn new_with(blocks: &[BlockQ6K], rows: usize, per_row: usize, rows_done: &mut dyn FnMut(usize)) -> Option<K6Packed> {
         if per_row == 0 || rows.checked_mul(per_row) != Some(blocks.len()) {
             return None;
         }
@@ -107,6 +113,7 @@ impl K6Packed {
             for (s, b) in blocks_of_row.iter().enumerate() {
                 packed[g * per_row + s].put(r, b);
             }
+            rows_done(row + 1);
         }
         Some(K6Packed { blocks: packed, rows, per_row })
     }

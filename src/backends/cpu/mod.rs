@@ -207,8 +207,17 @@ impl CpuBackend {
         for &id in ids {
             let Ok(w) = store.matrix(id) else { continue };
             let mut failed = None;
+            // Where the copy replaces the file's bytes on the usual paths, their pages are
+            // released as the copy grows (they fault back in if read), so a load never holds a
+            // matrix twice.
+            let replaces = PackedMatrix::replaces_source(w.ty);
+            let mut release = |bytes: std::ops::Range<usize>| {
+                if replaces {
+                    store.release_file_range(id, bytes);
+                }
+            };
             let packed = store.prepared(id, || {
-                PackedMatrix::for_decode(w.ty, w.data, w.rows, w.cols).unwrap_or_else(|e| {
+                PackedMatrix::for_decode_releasing(w.ty, w.data, w.rows, w.cols, &mut release).unwrap_or_else(|e| {
                     failed = Some(e);
                     None
                 })
@@ -216,11 +225,9 @@ impl CpuBackend {
             if let Some(source) = failed {
                 return Err(GraphError::Weight { name: store.name(id).to_string(), source });
             }
-            // Q6_K, Q5_0, Q8_0 and Q4_1 copies also feed the prefill tiles, so the file's
-            // pages of those matrices are read again only by the few-token pair kernels (and
-            // a row lookup of a tied embedding): release them (they fault back in if read).
-            // Q4_K's tiles still read the file.
-            if let Some(PackedMatrix::B32(_) | PackedMatrix::K6(_)) = packed.as_deref() {
+            // And once more whole (a copy made by an earlier engine, a page refaulted when a
+            // run's edge shared it with the next row).
+            if replaces && packed.is_some() {
                 store.release_file_pages(id);
             }
             let i = id.0 as usize;
