@@ -208,6 +208,16 @@ impl Tiling {
 
 /// Cells of K a tile scores for all its queries before moving on (one chunk stays in L1).
 const K_CHUNK: usize = 64;
+/// Bytes of K rows a chunk holds at most: [`K_CHUNK`] cells of a 64-wide head (16 KiB), fewer
+/// cells of wider heads (a chunk larger than L1 is read again from L2 for every query).
+const K_CHUNK_BYTES: usize = 16 << 10;
+
+/// Cells per K chunk for heads of `hd` values: a multiple of 16 (the score kernel's keys per
+/// pass), from 16 to [`K_CHUNK`].
+fn k_chunk(hd: usize) -> usize {
+    (K_CHUNK_BYTES / (4 * hd.max(1)) / 16 * 16).clamp(16, K_CHUNK)
+}
+
 /// Cells of V a tile adds for all its queries before moving on (a multiple of 64).
 const V_CHUNK: usize = 256;
 
@@ -278,8 +288,9 @@ fn tile(
 
     // Scores, a chunk of K cells at a time for every query: entry `j - base` of a row is
     // cell j's score (the masked entries stay 0 and are masked below).
-    for c0 in (start..end).step_by(K_CHUNK) {
-        let c1 = (c0 + K_CHUNK).min(end);
+    let k_cells = k_chunk(hd);
+    for c0 in (start..end).step_by(k_cells) {
+        let c1 = (c0 + k_cells).min(end);
         for (qr, row) in queries.iter().zip(scratch.rows.chunks_exact_mut(row_cap.max(1))) {
             let (lo, hi) = (c0.max(qr.first), c1.min(qr.n));
             if lo < hi {
