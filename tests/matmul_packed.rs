@@ -311,7 +311,7 @@ fn copies_hand_back_their_source_in_order_as_they_grow() {
     use minfer::quants::packed::RELEASE_RUN;
     let mut rng = Rng(0x7e1e);
     // Q8_0 4096 x 1024: 4.25 MiB of blocks, so several runs and a shorter last one.
-    for (ty, rows, cols) in [(GgmlType::Q8_0, 4096, 1024), (GgmlType::Q6K, 1040, 1024), (GgmlType::Q5_0, 16, 64)] {
+    for (ty, rows, cols) in [(GgmlType::Q8_0, 4096, 1024), (GgmlType::Q6K, 2048, 1024), (GgmlType::Q5_0, 16, 64)] {
         let bytes = matrix_bytes(&mut rng, ty, rows, cols);
         let mut ranges = Vec::new();
         let packed = PackedMatrix::for_decode_releasing(ty, &bytes, rows, cols, &mut |r| ranges.push(r)).unwrap().unwrap();

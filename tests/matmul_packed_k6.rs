@@ -98,6 +98,12 @@ fn packed_q6k_bad_shapes_are_refused_and_write_nothing() {
     assert!(!kernels.k6_packed_gemv(&packed, 0, &a, &mut [0.0; 33]));
     assert!(!kernels.k6_packed_gemv(&packed, usize::MAX / 8, &a, &mut out[..16]));
     assert!(out.iter().all(|&x| x == 1.5));
+    // A copy whose blocks are not its shape's (the fields are public) is refused too.
+    let mut short = packed.clone();
+    short.blocks.truncate(3);
+    assert!(!short.consistent());
+    assert!(!kernels.k6_packed_gemv(&short, 0, &a, &mut out[..16]));
+    assert!(!kernels.k6_fill_packed(&mut minfer::quants::gemm_k::K6Tile::default(), &short, 0, 1));
 }
 
 #[test]
@@ -141,8 +147,10 @@ fn q6k_tiles_filled_from_the_packed_copy_equal_the_fill_from_blocks() {
 fn q6k_products_with_the_packed_copy_follow_vec_dot_on_every_isa() {
     let mut rng = Rng(0x6e37);
     let pool = Pool::new(2).unwrap();
-    // One token (the packed gemv), 3 (pairs, from the file), 9 and 40 (tiles, from the copy).
-    for (rows, cols, tokens) in [(64, 512, 1), (40, 768, 1), (12, 256, 1), (48, 512, 3), (64, 512, 9), (32, 768, 40), (24, 256, 9)] {
+    // One token (the packed gemv), 3 and 9 (the pair kernels on AVX-512, from the file), 33 and
+    // 40 (the tiles, filled from the copy, several 32-row tiles and a 16-row one).
+    let cases = [(64, 512, 1), (40, 768, 1), (12, 256, 1), (48, 512, 3), (64, 512, 9), (32, 768, 40), (24, 256, 9), (96, 512, 40), (48, 256, 33)];
+    for (rows, cols, tokens) in cases {
         let w = q6k_matrix(&mut rng, rows, cols);
         let x = activations(&mut rng, cols * tokens);
         let per_row = cols / 256;

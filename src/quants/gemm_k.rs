@@ -19,7 +19,7 @@
 //! scale, minus `32 (sc_{2k} bsum_{2k} + sc_{2k+1} bsum_{2k+1})`; then
 //! `acc_k = fma(d_a * d_w, f32(lane_k), acc_k)` per super-block and `hsum_float_8` at the end.
 //! Here each of those 8 lanes is one register of 16 rows: per 4-value group `vpdpbusd` into a
-//! zero register (at most 4·63·127 in magnitude, so it fits an i16), then `vpdpwssd` with the
+//! zero register (at most 4·63·128 in magnitude, so it fits an i16), then `vpdpwssd` with the
 //! row's `(sc, 0)` adds it times the scale into lane register `k`.
 //!
 //! # Map

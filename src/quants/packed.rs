@@ -77,10 +77,13 @@ impl PackedMatrix {
         })
     }
 
-    /// Whether the copy of a `ty` matrix replaces the file's bytes on the products that run
-    /// often (one token, and the prefill tiles, which fill from the copy): Q6_K, Q5_0, Q8_0 and
-    /// Q4_1. The file is then read again only by the few-token pair kernels and row lookups of a
-    /// tied embedding, so a backend may release its pages. Q4_K's tiles still read the file.
+    /// Whether the copy of a `ty` matrix replaces the file's bytes on one-token products and
+    /// the prefill tiles (which fill from the copy): Q6_K, Q5_0, Q8_0 and Q4_1, so a backend may
+    /// release the file's pages. They are still read, and fault back in, for passes of 2 to 32
+    /// tokens (the pair kernels read the file's blocks: a batched or speculative step, a short
+    /// prompt tail), matrices whose rows are not a multiple of 16, and row lookups of a tied
+    /// embedding; the saving holds for plain prompt-and-generate runs. Q4_K's tiles read the
+    /// file.
     pub fn replaces_source(ty: GgmlType) -> bool {
         matches!(ty, GgmlType::Q6K | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q4_1)
     }

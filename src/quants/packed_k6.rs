@@ -36,7 +36,7 @@
 //! `acc_k = fma(d_a·d_w, f32(lane_k), acc_k)` per block and `hsum_float_8` at the end. The packed
 //! kernel computes the same integers (in another order: integer sums are exact) and the same
 //! float steps, so its product equals [`q6k_cell_scalar`](super::gemm_k::q6k_cell_scalar) and
-//! the x86 `vec_dot` bit for bit (tests in `tests/matmul_packed.rs`). Rows past the last
+//! the x86 `vec_dot` bit for bit (tests in `tests/matmul_packed_k6.rs`). Rows past the last
 //! multiple of 16 are zero (their outputs are never written).
 
 use super::blocks::BlockQ6K;
@@ -121,6 +121,12 @@ impl K6Packed {
     /// Groups of [`LANES`] rows.
     pub fn groups(&self) -> usize {
         self.rows.div_ceil(LANES)
+    }
+
+    /// Whether the blocks are the `groups · per_row` its shape says (the fields are public: a
+    /// copy built by hand is checked before a kernel reads it).
+    pub fn consistent(&self) -> bool {
+        self.per_row > 0 && self.groups().checked_mul(self.per_row) == Some(self.blocks.len())
     }
 
     /// Bytes held.

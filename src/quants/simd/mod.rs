@@ -378,9 +378,9 @@ impl Kernels {
         }
     }
 
-    /// Whether these kernels multiply repacked matrices ([`K4Packed`], [`B32Packed`]) by one
-    /// token ([`Kernels::k4_packed_gemv`], [`Kernels::b32_packed_gemv`]); where not, no matrix
-    /// is repacked at all.
+    /// Whether these kernels multiply repacked matrices ([`K4Packed`], [`K6Packed`],
+    /// [`B32Packed`]) by one token ([`Kernels::k4_packed_gemv`], [`Kernels::k6_packed_gemv`],
+    /// [`Kernels::b32_packed_gemv`]); where not, no matrix is repacked at all.
     pub fn has_packed(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         if let Backend::Avx512(_) = self.0 {

@@ -153,7 +153,8 @@ impl Avx512 {
     pub fn k6_packed_gemv(self, w: &K6Packed, first: usize, a: &[BlockQ8K], out: &mut [f32]) -> bool {
         let n = w.per_row;
         let groups = out.len().div_ceil(LANES);
-        if a.len() != n || first * LANES + out.len() > w.rows || w.groups_from(first, groups).len() != groups * n {
+        let end = first.checked_mul(LANES).and_then(|s| s.checked_add(out.len()));
+        if a.len() != n || !w.consistent() || end.is_none_or(|end| end > w.rows) || w.groups_from(first, groups).len() != groups * n {
             return false;
         }
         for (i, o) in out.chunks_mut(LANES).enumerate() {
@@ -169,9 +170,9 @@ impl Avx512 {
 
     /// `tile` holding row groups `first..first + groups` of `w`, the same tile the fill from
     /// the matrix's blocks makes. `false`, leaving `tile` as it was, for groups past the end of
-    /// `w` or a matrix whose last group is partial.
+    /// `w`, a matrix whose last group is partial, or an inconsistent `w`.
     pub fn k6_fill_packed(self, tile: &mut K6Tile, w: &K6Packed, first: usize, groups: usize) -> bool {
-        if !w.rows.is_multiple_of(LANES) || first.checked_add(groups).is_none_or(|end| end > w.groups()) {
+        if !w.consistent() || !w.rows.is_multiple_of(LANES) || first.checked_add(groups).is_none_or(|end| end > w.groups()) {
             return false;
         }
         // SAFETY: an Avx512 token exists only where detection found every feature enabled.
