@@ -405,45 +405,52 @@ fn run_row_tiles<S>(
     ok.into_inner()
 }
 
-/// The tile fill of a 32-value-block matrix: from the decode's packed copy where there is one
-/// (no unpacking of the file's blocks per call, [`Kernels::b32_fill_packed`]), else the
-/// scalar fill. The same tile either way.
-fn b32_fill<'w, W: Block32Gemm>(kernels: Kernels, w: &WeightMatrix<'w>) -> impl Fn(&mut B32Tile, &[W], usize, usize) + Sync + 'w {
-    let packed = b32_copy(w);
-    move |t: &mut B32Tile, b: &[W], n: usize, first: usize| {
+/// A row-lane tile fill that reads the decode's packed copy where there is one
+/// (`from_copy(tile, copy, first group, groups)`: no unpacking of the file's blocks per call)
+/// and the file's blocks otherwise (`from_blocks`). The same tile either way.
+fn fill_from_copy<'w, T, B, P: Sync>(
+    copy: Option<&'w P>,
+    from_copy: impl Fn(&mut T, &P, usize, usize) -> bool + Sync + 'w,
+    from_blocks: impl Fn(&mut T, &[B], usize) + Sync + 'w,
+) -> impl Fn(&mut T, &[B], usize, usize) + Sync + 'w {
+    move |t: &mut T, b: &[B], n: usize, first: usize| {
         let groups = b.len() / n.max(1) / LANES;
-        let from_copy = first.is_multiple_of(LANES) && packed.is_some_and(|p| kernels.b32_fill_packed(t, p, first / LANES, groups));
-        if !from_copy {
-            t.fill(b, n);
+        let copied = first.is_multiple_of(LANES) && copy.is_some_and(|p| from_copy(t, p, first / LANES, groups));
+        if !copied {
+            from_blocks(t, b, n);
         }
     }
+}
+
+/// The tile fill of a 32-value-block matrix ([`Kernels::b32_fill_packed`] from the copy, else
+/// the scalar fill).
+fn b32_fill<'w, W: Block32Gemm>(kernels: Kernels, w: &WeightMatrix<'w>) -> impl Fn(&mut B32Tile, &[W], usize, usize) + Sync + 'w {
+    fill_from_copy(b32_copy(w), move |t, p, g, n| kernels.b32_fill_packed(t, p, g, n), |t: &mut B32Tile, b: &[W], n| t.fill(b, n))
+}
+
+/// The tile fill of a Q6_K matrix ([`Kernels::k6_fill_packed`] from the copy, else
+/// [`Kernels::k6_fill`] from the file's blocks).
+fn k6_fill<'w>(kernels: Kernels, w: &WeightMatrix<'w>) -> impl Fn(&mut K6Tile, &[BlockQ6K], usize, usize) + Sync + 'w {
+    fill_from_copy(k6_copy(w), move |t, p, g, n| kernels.k6_fill_packed(t, p, g, n), move |t, b, n| kernels.k6_fill(t, b, n))
+}
+
+/// Whether a packed copy of `rows` rows and `per_row` blocks each is `w`'s shape.
+fn copy_shape(w: &WeightMatrix, rows: usize, per_row: usize) -> bool {
+    rows == w.rows && per_row * w.ty.block_size() == w.cols
 }
 
 /// `w`'s packed Q5_0/Q8_0/Q4_1 copy, where it has one that matches it.
 fn b32_copy<'w>(w: &WeightMatrix<'w>) -> Option<&'w B32Packed> {
     match w.packed {
-        Some(PackedMatrix::B32(p)) if p.ty == w.ty && p.rows == w.rows && p.per_row * w.ty.block_size() == w.cols => Some(p),
+        Some(PackedMatrix::B32(p)) if p.ty == w.ty && copy_shape(w, p.rows, p.per_row) => Some(p),
         _ => None,
-    }
-}
-
-/// The tile fill of a Q6_K matrix: from the decode's packed copy where there is one
-/// ([`Kernels::k6_fill_packed`]), else from the file's blocks. The same tile either way.
-fn k6_fill<'w>(kernels: Kernels, w: &WeightMatrix<'w>) -> impl Fn(&mut K6Tile, &[BlockQ6K], usize, usize) + Sync + 'w {
-    let packed = k6_copy(w);
-    move |t: &mut K6Tile, b: &[BlockQ6K], n: usize, first: usize| {
-        let groups = b.len() / n.max(1) / LANES;
-        let from_copy = first.is_multiple_of(LANES) && packed.is_some_and(|p| kernels.k6_fill_packed(t, p, first / LANES, groups));
-        if !from_copy {
-            kernels.k6_fill(t, b, n);
-        }
     }
 }
 
 /// `w`'s packed Q6_K copy, where it has one that matches it.
 fn k6_copy<'w>(w: &WeightMatrix<'w>) -> Option<&'w K6Packed> {
     match w.packed {
-        Some(PackedMatrix::K6(p)) if w.ty == GgmlType::Q6K && p.rows == w.rows && p.per_row * w.ty.block_size() == w.cols => Some(p),
+        Some(PackedMatrix::K6(p)) if w.ty == GgmlType::Q6K && copy_shape(w, p.rows, p.per_row) => Some(p),
         _ => None,
     }
 }
@@ -541,11 +548,10 @@ fn multiply_packed(
     if !kernels.has_packed() {
         return Ok(false);
     }
-    let per_row = w.cols / w.ty.block_size();
     // Q4_K only where llama.cpp multiplies in its gemv order (the packed kernel's order).
     let gemv_order = BlockQ4K::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n));
     let ran = match (packed, act) {
-        (PackedMatrix::K4(p), ActRow::Q8K(y)) if gemv_order && w.ty == GgmlType::Q4K && p.rows == w.rows && p.per_row == per_row => {
+        (PackedMatrix::K4(p), ActRow::Q8K(y)) if gemv_order && w.ty == GgmlType::Q4K && copy_shape(w, p.rows, p.per_row) => {
             let row = K8Row::new(y);
             each_group(pool, out, |g, piece| kernels.k4_packed_gemv(p, g, &row, piece))
         }
