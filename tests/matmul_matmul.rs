@@ -172,12 +172,13 @@ fn batches_equal_single_tokens_on_both_sides_of_the_tile_threshold() {
     let pool = Pool::new(2).unwrap();
     let mut rng = Rng(0xabcd_0003);
     let min = minfer::backends::cpu::kernels::matmul::TILE_MIN_TOKENS;
+    let min_avx2 = minfer::backends::cpu::kernels::matmul::TILE_MIN_TOKENS_AVX2;
     let pairs = minfer::backends::cpu::kernels::matmul::PAIRS_BELOW_TOKENS;
-    // Below the tile threshold every element is a dot, four tokens per unpacked weight block
-    // (`Kernels::dot_rows`: 2 = one group of 2, 5 = 4 + 1, min - 1 = 4 + 3); from it on the
-    // tile kernels run. Q5_0 and Q8_0 on AVX-512 take the pair kernels below `pairs` (groups
-    // of 8: 9 = 8 + 1), the tiles from it on.
-    for (nt, ty) in [2, 5, min - 1, min + 1, pairs - 1, pairs].into_iter().flat_map(|nt| WEIGHT_TYPES.into_iter().map(move |ty| (nt, ty))) {
+    // Below the tile threshold (AVX2's is higher) every element is a dot, four tokens per
+    // unpacked weight block (`Kernels::dot_rows`: 2 = one group of 2, 5 = 4 + 1, min - 1 =
+    // 4 + 3); from it on the tile kernels run. Q5_0 and Q8_0 on AVX2 and AVX-512 take the
+    // pair kernels below `pairs` (groups of 8: 9 = 8 + 1), the tiles from it on.
+    for (nt, ty) in [2, 5, min - 1, min + 1, min_avx2 - 1, min_avx2 + 1, pairs - 1, pairs].into_iter().flat_map(|nt| WEIGHT_TYPES.into_iter().map(move |ty| (nt, ty))) {
         let cols = cols_for(ty);
         // 48: the many-token tile kernels (rows a multiple of 16) where the ISA has them.
         for rows in [1, 37, 3 * minfer::backends::cpu::kernels::matmul::ROW_TILE + 1, 24, 48] {

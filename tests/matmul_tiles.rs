@@ -165,21 +165,23 @@ fn assert_pair_kernel(what: &str, twin: &[Vec<f32>], run: impl Fn(usize, &mut [&
     assert!(none.iter().flatten().all(|x| x.is_nan()), "{what}: refused but wrote");
 }
 
-/// The few-token pair kernels (Q5_0, Q8_0 with up to 8 tokens, AVX-512 VNNI) against the
-/// scalar twin, bit for bit, for every token count and for 1, 2 and 17 rows; shapes that do
-/// not fit are refused with nothing written.
+/// The few-token pair kernels (Q5_0, Q8_0 with up to 8 tokens; AVX2 and AVX-512 VNNI) against
+/// the scalar twin, bit for bit, for every token count and for 1, 2 and 17 rows; shapes that
+/// do not fit are refused with nothing written.
 fn b32_pairs_case<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(seed: u32) {
-    let Some(k) = Kernels::for_isa(Isa::Avx512).ok().filter(|k| k.has_pairs()) else {
-        println!("no AVX-512 VNNI on this CPU: the pair kernels are not checked");
-        return;
-    };
+    for k in tile_isas().into_iter().filter(|k| k.has_pairs()) {
+        b32_pairs_on::<W>(k, seed);
+    }
+}
+
+fn b32_pairs_on<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(k: Kernels, seed: u32) {
     let mut rng = Rng(seed);
     for rows in [1, 2, 17] {
         for tokens in 1..=PAIR_TOKENS {
             let cols = 7 * 32;
             let (blocks, acts) = case::<W>(&mut rng, rows, cols, tokens);
             let q8: Vec<&[BlockQ8_0]> = acts.iter().map(|a| BlockQ8_0::blocks_in(a).unwrap()).collect();
-            let what = format!("{} rows {rows} tokens {tokens}", W::TYPE);
+            let what = format!("{:?} {} rows {rows} tokens {tokens}", k.isa(), W::TYPE);
             let mut twin = outputs(tokens, rows);
             tile_scalar(&blocks, cols / 32, &q8, &mut pieces(&mut twin), b32_cell_scalar);
             let g = B32Pairs::new(&q8, W::OFFSET).unwrap();

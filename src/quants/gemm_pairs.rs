@@ -18,13 +18,18 @@
 //! `hsum_float_8`: the single dot's order, so every element has its bits. A token count that is
 //! odd leaves the second half of the last pair zero (its sums are computed and dropped).
 //!
+//! AVX2 has no `vpdpbusd` and no room for two tokens' lanes in a register: its kernel
+//! (`x86_avx2_pairs.rs`) reads each token's quants from the same layout and keeps one 256-bit
+//! accumulator per token, with ggml's `sign_epi8` integers (no corrections).
+//!
 //! The K-quants (Q8_K activations, [`K8Pairs`]) pair the tokens the same way, chunk by chunk of
 //! 32 values: Q6_K keeps `ggml_vec_dot_q6_K_q8_K`'s 8 lanes per token, Q4_K's repacked gemv
 //! order needs each token's two integers per super-block (see
 //! [`gemm_k`](super::gemm_k)), summed across the lanes (exact, so in any order) and then
 //! scaled for all tokens at once.
 
-use super::{BlockQ8_0, BlockQ8K};
+use super::dequant::WeightBlock;
+use super::{BlockQ5_0, BlockQ8_0, BlockQ8K, GgmlType};
 
 /// Most tokens one [`B32Pairs`] holds (4 registers of two).
 pub const PAIR_TOKENS: usize = 8;
@@ -84,6 +89,28 @@ impl B32Pairs {
             && self.corr.len() == slots
             && self.da.len() == self.per_row
             && group_fits((self.tokens, self.per_row, self.pairs), blocks.len(), n_rows, out)
+    }
+}
+
+/// The weight rows a 32-value pair kernel runs, as their own block type.
+pub enum B32Rows<'a> {
+    Q5_0(&'a [BlockQ5_0]),
+    Q8_0(&'a [BlockQ8_0]),
+}
+
+impl B32Pairs {
+    /// `blocks` as the type a pair kernel has (Q5_0, Q8_0) where the kernel may run them
+    /// ([`B32Pairs::fits`], at least one block per row); `None` otherwise, and the kernel
+    /// writes nothing. The one entry check of every ISA's kernel.
+    pub fn rows<'a, W: WeightBlock>(&self, blocks: &'a [W], n_rows: usize, out: &[&mut [f32]]) -> Option<B32Rows<'a>> {
+        if !self.fits(blocks, n_rows, out) || self.per_row == 0 {
+            return None;
+        }
+        match W::TYPE {
+            GgmlType::Q5_0 => bytemuck::try_cast_slice(blocks).ok().map(B32Rows::Q5_0),
+            GgmlType::Q8_0 => bytemuck::try_cast_slice(blocks).ok().map(B32Rows::Q8_0),
+            _ => None,
+        }
     }
 }
 

@@ -83,6 +83,8 @@ mod x86_avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx2_gemm;
 #[cfg(target_arch = "x86_64")]
+mod x86_avx2_pairs;
+#[cfg(target_arch = "x86_64")]
 mod x86_avx512;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512_fill;
@@ -337,11 +339,12 @@ impl Kernels {
         }
     }
 
-    /// Whether [`Kernels::b32_pairs`], [`Kernels::k4_gemv_pairs`] and [`Kernels::k6_pairs`]
-    /// run on this ISA (AVX-512 with VNNI).
+    /// Whether this ISA has few-token kernels: [`Kernels::b32_pairs`] on AVX2 and AVX-512,
+    /// [`Kernels::k4_gemv_pairs`] and [`Kernels::k6_pairs`] on AVX-512 with VNNI only (each
+    /// returns `false` where it has none).
     pub fn has_pairs(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if let Backend::Avx512(_) = self.0 {
+        if let Backend::Avx512(_) | Backend::Avx2(_) = self.0 {
             return true;
         }
         false
@@ -352,7 +355,7 @@ impl Kernels {
     /// `out[t][r]`, each element bit-identical to [`Kernels::dot`]. Returns `false`, writing
     /// nothing, where this ISA has no pair kernel ([`Kernels::has_pairs`]), `W` has none, or
     /// the shapes do not fit.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // AVX-512 only
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // x86 only
     pub fn b32_pairs<W: Block32Gemm + WeightBlock>(
         &self,
         blocks: &[W],
@@ -363,6 +366,8 @@ impl Kernels {
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512(t) => t.b32_pairs(blocks, n_rows, pairs, out),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2(t) => t.b32_pairs(blocks, n_rows, pairs, out),
             _ => false,
         }
     }

@@ -11,8 +11,8 @@ use super::x86_avx512::Avx512;
 use crate::quants::blocks::{BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0, k4_scales_mins};
 use crate::quants::dequant::WeightBlock;
 use crate::quants::gemm::Block32Gemm;
-use crate::quants::gemm_pairs::{B32Pairs, K8Pairs, PAIR_TOKENS};
-use crate::quants::{F16Le, GgmlType};
+use crate::quants::gemm_pairs::{B32Pairs, B32Rows, K8Pairs, PAIR_TOKENS};
+use crate::quants::F16Le;
 
 /// The weight scale broadcast to 8 lanes as f32 (`vpbroadcastw` + `vcvtph2ps`).
 #[inline]
@@ -153,19 +153,10 @@ impl Avx512 {
         g: &B32Pairs,
         out: &mut [&mut [f32]],
     ) -> bool {
-        if !g.fits(blocks, n_rows, out) || g.per_row == 0 {
-            return false;
-        }
-        match W::TYPE {
-            GgmlType::Q5_0 => match bytemuck::try_cast_slice::<W, BlockQ5_0>(blocks) {
-                Ok(b) => by_pairs!(q5_0_pairs, b, g, out),
-                Err(_) => return false,
-            },
-            GgmlType::Q8_0 => match bytemuck::try_cast_slice::<W, BlockQ8_0>(blocks) {
-                Ok(b) => by_pairs!(q8_0_pairs, b, g, out),
-                Err(_) => return false,
-            },
-            _ => return false,
+        match g.rows(blocks, n_rows, out) {
+            Some(B32Rows::Q5_0(b)) => by_pairs!(q5_0_pairs, b, g, out),
+            Some(B32Rows::Q8_0(b)) => by_pairs!(q8_0_pairs, b, g, out),
+            None => return false,
         }
         true
     }

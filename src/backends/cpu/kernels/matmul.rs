@@ -205,15 +205,28 @@ fn check_shapes(
 /// with 2 threads (`minfer bench --batch`): decode steps of 2 and 4 tokens took 4.9x and 2.5x
 /// longer through tiles than through single dots; at 8 tokens the tiles beat `dot_rows` by
 /// about 1.1x (a threshold of 16 measured 44 t/s at B = 8 against 48–50). Where the ISA has
-/// pair kernels (AVX-512 VNNI), the types that have one take them first below
-/// [`PAIRS_BELOW_TOKENS`].
+/// pair kernels, the types that have one take them first below [`PAIRS_BELOW_TOKENS`].
 pub const TILE_MIN_TOKENS: usize = 8;
+
+/// [`TILE_MIN_TOKENS`] where the ISA is AVX2 (no AVX-512): its tiles hold 8 rows per register
+/// and lost to `dot_rows` at 8 tokens. Measured with `cargo bench --bench matmul` (2 threads,
+/// AMD EPYC Zen 3, 0.5B's ffn_down): Q6_K at 4 / 8 / 16 tokens 0.73 / 1.82 / 2.79 ms through
+/// tiles from 8 on, against about 1.46 ms at 8 and 2.9 ms at 16 through `dot_rows` (four
+/// tokens per call); Q4_K 0.59 / 1.40 / 2.09 ms against 1.19 and 2.4.
+pub const TILE_MIN_TOKENS_AVX2: usize = 16;
+
+/// The fewest tokens the row-lane tiles are used for with `kernels`.
+pub fn tile_min_tokens(kernels: Kernels) -> usize {
+    if kernels.isa() == Isa::Avx2 { TILE_MIN_TOKENS_AVX2 } else { TILE_MIN_TOKENS }
+}
 
 /// Token counts from 2 up to (not including) this go through the pair kernels
 /// ([`Kernels::b32_pairs`] for Q5_0 and Q8_0, [`Kernels::k4_gemv_pairs`] for repacked Q4_K,
 /// [`Kernels::k6_pairs`] for Q6_K) where the ISA has them: each weight block is
-/// unpacked into a register once for up to [`PAIR_TOKENS`] tokens, two per register, with
-/// nothing written to memory per call. The same bits as every other path. Measured with
+/// unpacked into a register once for up to [`PAIR_TOKENS`] tokens (two per register on
+/// AVX-512, one on AVX2), with nothing written to memory per call. The same bits as every
+/// other path. AVX2 (Zen 3, same shapes): Q5_0 / Q8_0 at 16 tokens 2.0 / 2.0 ms through pairs
+/// against 3.6 / 2.4 through tiles, at 32 3.9 / 5.1 against 4.6 / 3.9. Measured with
 /// `cargo bench --bench matmul` (2 threads, AMD EPYC Zen 4, ffn_gate Q5_0 / ffn_up Q8_0 of the
 /// 0.5B): at 16 tokens 1.0 / 1.1 ms through pairs against 1.9 / 1.4 ms through tiles, at 32
 /// 2.3 / 2.1 against 3.0 / 2.2, at 128 9.0 / 8.3 against 6.1 / 5.8; Q6_K's ffn_down at 8 / 16 /
@@ -247,7 +260,7 @@ fn matmul_with(
             // its tiles are faster from 8 tokens (ffn_down 896 x 4864, 2 threads: 523 / 817 /
             // 1190 µs at 8 / 16 / 32 tokens against 574 / 924 / 1954 through pairs).
             GgmlType::Q4K
-                if tokens < TILE_MIN_TOKENS && BlockQ4K::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n)) =>
+                if tokens < tile_min_tokens(kernels) && BlockQ4K::REPACK_ROWS.is_some_and(|n| w.rows.is_multiple_of(n)) =>
             {
                 multiply_pairs(pool, w, &acts, bias, out, K8Pairs::new, |b, n, g, o| kernels.k4_gemv_pairs(b, n, g, o))?
             }
@@ -258,7 +271,7 @@ fn matmul_with(
             return Ok(());
         }
     }
-    let tiled = tokens >= TILE_MIN_TOKENS
+    let tiled = tokens >= tile_min_tokens(kernels)
         && kernels.has_tiles()
         && w.rows.is_multiple_of(LANES)
         && match w.ty {
