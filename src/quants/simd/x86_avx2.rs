@@ -205,6 +205,15 @@ pub(super) fn bytes_from_bits_32(qh: &[u8; 4]) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
 }
 
+/// Q5_0's 32 quants as signed bytes `q - 16` in value order: bytes whose fifth bit is clear
+/// become `nibble | 0xF0` (= nibble - 16), ggml's `bytes_from_nibbles_32 | ~bits & 0xF0`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn q5_0_quants(x: &BlockQ5_0) -> __m256i {
+    let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
+    _mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi)
+}
+
 /// Unsigned × signed bytes, 4 neighbours summed into each i32 lane, as f32 (AVX2 flavour:
 /// `maddubs` then `madd` with ones; the i16 pair sums cannot saturate for ggml's operands).
 #[inline]
@@ -261,10 +270,7 @@ macro_rules! block32_kernels {
             let mut acc = _mm256_setzero_ps();
             for (x, y) in w.iter().zip(a) {
                 let d = _mm256_set1_ps(f16_mul(x.d, y.d));
-                // q - 16: bytes whose fifth bit is clear become nibble | 0xF0 (= nibble - 16).
-                let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
-                let qx = _mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi);
-                let q = mul_sum_i8_pairs_float(qx, ld256(&y.qs));
+                let q = mul_sum_i8_pairs_float(q5_0_quants(x), ld256(&y.qs));
                 acc = _mm256_fmadd_ps(d, q, acc);
             }
             hsum_float_8(acc)
@@ -346,10 +352,7 @@ macro_rules! block32_kernels {
 
         #[target_feature(enable = $features)]
         fn q5_0_rows<const N: usize>(w: &[BlockQ5_0], a: [&[BlockQ8_0]; N]) -> [f32; N] {
-            b32_rows(w, a, |x| {
-                let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
-                (_mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi), x.d)
-            })
+            b32_rows(w, a, |x| (q5_0_quants(x), x.d))
         }
 
         #[target_feature(enable = $features)]

@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::x86_avx2::{Avx2, bytes_from_bits_32, bytes_from_nibbles_32, hsum_float_8, ld256};
+use super::x86_avx2::{Avx2, hsum_float_8, ld256, q5_0_quants};
 use crate::quants::blocks::{BlockQ5_0, BlockQ8_0};
 use crate::quants::dequant::WeightBlock;
 use crate::quants::gemm::Block32Gemm;
@@ -26,21 +26,6 @@ use crate::quants::F16Le;
 
 /// How far ahead of the block being multiplied the weights are prefetched.
 const PREFETCH_BYTES: usize = 1024;
-
-/// Q5_0's 32 signed quants in value order (ggml's `bytes_from_nibbles_32 | ~bits & 0xF0`).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_q5_0(x: &BlockQ5_0) -> (__m256i, F16Le) {
-    let hi = _mm256_andnot_si256(bytes_from_bits_32(&x.qh), _mm256_set1_epi8(-16));
-    (_mm256_or_si256(bytes_from_nibbles_32(&x.qs), hi), x.d)
-}
-
-/// Q8_0's 32 signed quants.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn unpack_q8_0(x: &BlockQ8_0) -> (__m256i, F16Le) {
-    (ld256(&x.qs), x.d)
-}
 
 /// Token `t`'s 32 quants of block `b` in the pair layout.
 #[inline]
@@ -108,12 +93,12 @@ fn b32_tokens<W, const T: usize>(blocks: &[W], g: &B32Pairs, out: &mut [&mut [f3
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5_0_tokens<const T: usize>(blocks: &[BlockQ5_0], g: &B32Pairs, out: &mut [&mut [f32]]) {
-    b32_tokens::<_, T>(blocks, g, out, |x| unpack_q5_0(x));
+    b32_tokens::<_, T>(blocks, g, out, |x| (q5_0_quants(x), x.d));
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8_0_tokens<const T: usize>(blocks: &[BlockQ8_0], g: &B32Pairs, out: &mut [&mut [f32]]) {
-    b32_tokens::<_, T>(blocks, g, out, |x| unpack_q8_0(x));
+    b32_tokens::<_, T>(blocks, g, out, |x| (ld256(&x.qs), x.d));
 }
 
 /// `$kernel` for `g.tokens` tokens.

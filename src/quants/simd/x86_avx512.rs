@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 
 use super::x86_avx2::{
     bytes_from_bits_32, bytes_from_nibbles_32, entries, f16, f16_mul, f16x2, f32_tail,
-    hsum_float_8, ld_half8, ld256,
+    hsum_float_8, ld_half8, ld256, q5_0_quants,
 };
 use crate::quants::blocks::*;
 use crate::quants::scalars::{Bf16Le, F16Le, F32Le};
