@@ -727,30 +727,104 @@ pub(super) fn gemv_q4_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
     acc
 }
 
+/// A Q4_K block's packed 6-bit scales and mins (`k4_scales_mins`, ggml's `utmp` shuffle done
+/// on 32-bit lanes): `(scales, mins)`, the 8 scales as i16 in both 128-bit halves (for
+/// [`K4_SCALE_PICK`]) and the 8 mins as i16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_scales_mins_vec(x: &BlockQ4K) -> (__m256i, __m128i) {
+    // The 12 scale bytes are at offset 4 of the 144-byte block: 16 bytes from there stay in
+    // it (the last 4 are quants, masked out by the lane picks below).
+    let (chunks, _) = bytemuck::bytes_of(x)[4..].as_chunks::<16>();
+    let u = ld128(&chunks[0]); // u32 lanes [u0, u1, u2, -]
+    // sc[0..4] = u0 & 63, sc[4..8] = (u2 & 0x0f) | (bits 6-7 of u0) << 4,
+    // m[0..4] = u1 & 63, m[4..8] = (u2 >> 4 & 0x0f) | (bits 6-7 of u1) << 4.
+    let low = _mm_shuffle_epi32::<0b10_01_10_00>(u); // [u0, u2, u1, u2]
+    let low = _mm_and_si128(
+        _mm_srlv_epi32(low, _mm_set_epi32(4, 0, 0, 0)),
+        _mm_set_epi32(0x0f0f_0f0f, 0x3f3f_3f3f, 0x0f0f_0f0f, 0x3f3f_3f3f),
+    );
+    let top = _mm_shuffle_epi32::<0b01_01_00_00>(u); // [u0, u0, u1, u1]
+    let top = _mm_and_si128(_mm_srli_epi32::<2>(top), _mm_set_epi32(0x3030_3030, 0, 0x3030_3030, 0));
+    let both = _mm256_cvtepu8_epi16(_mm_or_si128(low, top)); // [sc0..8, m0..8] as i16
+    let scales = _mm256_permute4x64_epi64::<0b01_00_01_00>(both);
+    (scales, _mm256_extracti128_si256::<1>(both))
+}
+
+/// `vpshufb` picks of i16 lane `k` into all 16 lanes, `k` 0..8.
+const K4_SCALE_PICK: [[u8; 32]; 8] = {
+    let mut picks = [[0u8; 32]; 8];
+    let mut k = 0;
+    while k < 8 {
+        let mut b = 0;
+        while b < 32 {
+            picks[k][b] = (2 * k + b % 2) as u8;
+            b += 1;
+        }
+        k += 1;
+    }
+    picks
+};
+
+/// One Q4_K block against `y` as `[Σ sc·(q·a), Σ m·bsum, same, same]` (exact i32; the
+/// integers of ggml's repacked gemv, summed in a different but exact order).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_gemv_sums(quants: &[(__m256i, __m256i); 4], scales: __m256i, mins: __m128i, y: &BlockQ8K) -> __m128i {
+    let mut sumi = _mm256_setzero_si256();
+    for (j, &(lo, hi)) in quants.iter().enumerate() {
+        let s0 = _mm256_shuffle_epi8(scales, ld256(&K4_SCALE_PICK[2 * j]));
+        let s1 = _mm256_shuffle_epi8(scales, ld256(&K4_SCALE_PICK[2 * j + 1]));
+        let p0 = scaled_chunk(lo, q8(y, 2 * j), s0);
+        let p1 = scaled_chunk(hi, q8(y, 2 * j + 1), s1);
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+    }
+    let bs = ld_bsums(&y.bsums);
+    let bsum_pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256::<1>(bs));
+    let min_lanes = _mm_madd_epi16(mins, bsum_pairs);
+    let dot4 = _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256::<1>(sumi));
+    let pairs = _mm_hadd_epi32(dot4, min_lanes);
+    _mm_hadd_epi32(pairs, pairs)
+}
+
+/// A Q4_K block's 256 quants as (low, high) nibble vectors of its 4 64-value chunks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_quants(x: &BlockQ4K) -> [(__m256i, __m256i); 4] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let (qs, _) = x.qs.as_chunks::<32>();
+    let mut quants = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
+    for (q, bits) in quants.iter_mut().zip(qs) {
+        let bits = ld256(bits);
+        *q = (_mm256_and_si256(bits, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4));
+    }
+    quants
+}
+
+/// `[f16(d), f16(dmin)]` of a Q4_K block in lanes 0 and 1 (one `vcvtph2ps`, exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_d_dmin(x: &BlockQ4K) -> __m128 {
+    let halves = u32::from(x.d.to_bits()) | (u32::from(x.dmin.to_bits()) << 16);
+    _mm_cvtph_ps(_mm_cvtsi32_si128(halves as i32))
+}
+
 /// One row of ggml's `ggml_gemv_q4_K_8x8_q8_K` (x86): per super-block
 /// `acc = fma(Σ sc·dot, d_w * d_a, acc)`, `acc_min = fma(Σ m·bsum, dmin_w * d_a, acc_min)`,
-/// result `acc - acc_min`. Bit-identical to [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k).
+/// result `acc - acc_min`. Bit-identical to [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k):
+/// the integers are exact in any order, and `acc` / `acc_min` are lanes 0 and 1 of one
+/// vector, each lane rounded as the scalar steps are.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn gemv_q4_k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let (mut acc, mut acc_min) = (0.0f32, 0.0f32);
+    let mut acc = _mm_setzero_ps(); // [acc, acc_min, -, -]
     for (x, y) in w.iter().zip(a) {
-        let (sc, m) = k4_scales_mins(&x.scales);
-        let mins: [i32; 4] = bytemuck::cast(k4_min_lanes(&m, y));
-        let imin = (mins[0] + mins[1]) + (mins[2] + mins[3]);
-        let (qs, _) = x.qs.as_chunks::<32>();
-        let sumi = k4_lanes(&sc, y, |j| {
-            let bits = ld256(&qs[j]);
-            (
-                _mm256_and_si256(bits, m4),
-                _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4),
-            )
-        });
-        let idot = hsum_i32_8(sumi);
-        acc = (idot as f32).mul_add(f16(x.d) * y.d, acc);
-        acc_min = (imin as f32).mul_add(f16(x.dmin) * y.d, acc_min);
+        let (scales, mins) = k4_scales_mins_vec(x);
+        let sums = _mm_cvtepi32_ps(k4_gemv_sums(&k4_quants(x), scales, mins, y));
+        let d = _mm_mul_ps(k4_d_dmin(x), _mm_set1_ps(y.d));
+        acc = _mm_fmadd_ps(sums, d, acc);
     }
-    acc - acc_min
+    let [dot, min, _, _]: [f32; 4] = bytemuck::cast(acc);
+    dot - min
 }
 
 /// [`gemv_q4_k`] of one weight row against N activation rows: each block's scales and quants
@@ -759,31 +833,21 @@ pub(super) fn gemv_q4_k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
 pub(super) fn gemv_q4_k_rows<const N: usize>(w: &[BlockQ4K], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let n = a.iter().fold(w.len(), |n, r| n.min(r.len()));
     let a = a.map(|r| &r[..n]);
-    let m4 = _mm256_set1_epi8(0x0f);
-    let (mut acc, mut acc_min) = ([0.0f32; N], [0.0f32; N]);
+    let mut acc = [_mm_setzero_ps(); N];
     for (i, x) in w[..n].iter().enumerate() {
-        let (sc, m) = k4_scales_mins(&x.scales);
-        let (qs, _) = x.qs.as_chunks::<32>();
-        let mut quants = [(_mm256_setzero_si256(), _mm256_setzero_si256()); 4];
-        for (j, q) in quants.iter_mut().enumerate() {
-            let bits = ld256(&qs[j]);
-            *q = (_mm256_and_si256(bits, m4), _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4));
-        }
-        let (xd, xmin) = (f16(x.d), f16(x.dmin));
+        let (scales, mins) = k4_scales_mins_vec(x);
+        let quants = k4_quants(x);
+        let dw = k4_d_dmin(x);
         for r in 0..N {
             let y = &a[r][i];
-            let mins: [i32; 4] = bytemuck::cast(k4_min_lanes(&m, y));
-            let imin = (mins[0] + mins[1]) + (mins[2] + mins[3]);
-            let idot = hsum_i32_8(k4_lanes(&sc, y, |j| quants[j]));
-            acc[r] = (idot as f32).mul_add(xd * y.d, acc[r]);
-            acc_min[r] = (imin as f32).mul_add(xmin * y.d, acc_min[r]);
+            let sums = _mm_cvtepi32_ps(k4_gemv_sums(&quants, scales, mins, y));
+            acc[r] = _mm_fmadd_ps(sums, _mm_mul_ps(dw, _mm_set1_ps(y.d)), acc[r]);
         }
     }
-    let mut out = [0.0f32; N];
-    for r in 0..N {
-        out[r] = acc[r] - acc_min[r];
-    }
-    out
+    acc.map(|v| {
+        let [dot, min, _, _]: [f32; 4] = bytemuck::cast(v);
+        dot - min
+    })
 }
 
 // ---- float rows: ggml_vec_dot_{f32,f16,bf16} as an AVX2 build compiles them
