@@ -616,21 +616,75 @@ pub(super) fn q5_k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
     hsum_float_8(acc) + summs
 }
 
-/// One Q6_K block against `y` as 8 exact i32 lanes (ggml's AVX2 order): the scaled chunks of
-/// `q` (from [`q6_quants`]; `sc` the 16 scales, `scales` the same as i16 lanes) summed, minus
-/// `32·Σ scale·bsum`.
+/// A Q6_K block's 16 scales as i16: `(all, halves)`, `all` lane `k` = scale `k` (for the
+/// bsums correction), `halves[h]` = scales `8h..8h+8` in both 128-bit halves (for
+/// [`q6_chunk_scales`]).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6_lanes(q: &[__m256i; 8], sc: &[i16; 16], scales: __m256i, y: &BlockQ8K) -> __m256i {
-    let sub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(ld_bsums(&y.bsums), scales));
-    let mut sumi = _mm256_setzero_si256();
-    for h in 0..2 {
-        for c in 0..4 {
-            let s = scales16(sc[8 * h + 2 * c], sc[8 * h + 2 * c + 1]);
-            sumi = _mm256_add_epi32(sumi, scaled_chunk(q[4 * h + c], q8(y, 4 * h + c), s));
+fn q6_scales(x: &BlockQ6K) -> (__m256i, [__m256i; 2]) {
+    let all = _mm256_cvtepi8_epi16(ld128(&x.scales));
+    let halves = [
+        _mm256_permute4x64_epi64::<0b01_00_01_00>(all),
+        _mm256_permute4x64_epi64::<0b11_10_11_10>(all),
+    ];
+    (all, halves)
+}
+
+/// Chunk `k`'s two scales from [`q6_scales`]' halves: scale `2k` in the low 128 bits, `2k + 1`
+/// in the high ones (ggml's `get_scale_shuffle`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_chunk_scales(halves: &[__m256i; 2], k: usize) -> __m256i {
+    _mm256_shuffle_epi8(halves[k / 4], ld256(&Q6_SCALE_PICK[k % 4]))
+}
+
+/// `vpshufb` picks of chunk `c`'s two scales from scales `8h..8h+8` in both halves: i16 lane
+/// `2c` into the low 128 bits, lane `2c + 1` into the high ones.
+const Q6_SCALE_PICK: [[u8; 32]; 4] = i16_picks(2, 1);
+
+/// `N` `vpshufb` controls over 8 i16 lanes repeated in both 128-bit halves: control `k` puts
+/// lane `stride·k` in every i16 of the low half and lane `stride·k + high` in the high half.
+const fn i16_picks<const N: usize>(stride: usize, high: usize) -> [[u8; 32]; N] {
+    let mut picks = [[0u8; 32]; N];
+    let mut k = 0;
+    while k < N {
+        let mut b = 0;
+        while b < 32 {
+            picks[k][b] = (2 * (stride * k + high * (b / 16)) + b % 2) as u8;
+            b += 1;
         }
+        k += 1;
+    }
+    picks
+}
+
+/// One Q6_K block against `y` as 8 exact i32 lanes (ggml's AVX2 order): the scaled chunks of
+/// `q` (from [`q6_quants`]; `all` from [`q6_scales`], `chunk_scales(k)` chunk `k`'s scales)
+/// summed, minus `32·Σ scale·bsum`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_lanes(q: &[__m256i; 8], all: __m256i, chunk_scales: impl Fn(usize) -> __m256i, y: &BlockQ8K) -> __m256i {
+    let sub = _mm256_slli_epi32::<5>(_mm256_madd_epi16(ld_bsums(&y.bsums), all));
+    let mut sumi = _mm256_setzero_si256();
+    for (k, &q) in q.iter().enumerate() {
+        sumi = _mm256_add_epi32(sumi, scaled_chunk(q, q8(y, k), chunk_scales(k)));
     }
     _mm256_sub_epi32(sumi, sub)
+}
+
+/// `f16(h)` in lane 0 by one `vcvtph2ps` whose input is a zeroing `vmovd` (no merge into an
+/// unrelated register; the same value as [`f16`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_lane0(h: F16Le) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits())))
+}
+
+/// `d_a * f16(d_w)` (one rounding, as the scalar product) in all 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scale_x8(da: f32, dw: __m128) -> __m256 {
+    _mm256_broadcastss_ps(_mm_mul_ss(_mm_set_ss(da), dw))
 }
 
 /// A Q6_K block's 256 quants as 8 vectors of 32 unsigned 6-bit values: vector `4h + c` holds
@@ -664,10 +718,9 @@ pub(super) fn q6_quants(x: &BlockQ6K) -> [__m256i; 8] {
 pub(super) fn q6_k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in w.iter().zip(a) {
-        let d = y.d * f16(x.d);
-        let scales = _mm256_cvtepi8_epi16(ld128(&x.scales));
-        let sumi = q6_lanes(&q6_quants(x), &x.scales.map(i16::from), scales, y);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        let (all, halves) = q6_scales(x);
+        let sumi = q6_lanes(&q6_quants(x), all, |k| q6_chunk_scales(&halves, k), y);
+        acc = _mm256_fmadd_ps(scale_x8(y.d, f16_lane0(x.d)), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_float_8(acc)
 }
@@ -680,14 +733,15 @@ pub(super) fn q6_k_rows<const N: usize>(w: &[BlockQ6K], a: [&[BlockQ8K]; N]) -> 
     let a = a.map(|r| &r[..n]);
     let mut acc = [_mm256_setzero_ps(); N];
     for (i, x) in w[..n].iter().enumerate() {
-        let xd = f16(x.d);
-        let scales = _mm256_cvtepi8_epi16(ld128(&x.scales));
-        let sc = x.scales.map(i16::from);
+        let xd = f16_lane0(x.d);
+        let (all, halves) = q6_scales(x);
+        // Each chunk's scales picked once for all N rows.
+        let chunks: [__m256i; 8] = std::array::from_fn(|k| q6_chunk_scales(&halves, k));
         let q = q6_quants(x);
         for r in 0..N {
             let y = &a[r][i];
-            let sumi = q6_lanes(&q, &sc, scales, y);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y.d * xd), _mm256_cvtepi32_ps(sumi), acc[r]);
+            let sumi = q6_lanes(&q, all, |k| chunks[k], y);
+            acc[r] = _mm256_fmadd_ps(scale_x8(y.d, xd), _mm256_cvtepi32_ps(sumi), acc[r]);
         }
     }
     let mut out = [0.0f32; N];
@@ -752,19 +806,7 @@ fn k4_scales_mins_vec(x: &BlockQ4K) -> (__m256i, __m128i) {
 }
 
 /// `vpshufb` picks of i16 lane `k` into all 16 lanes, `k` 0..8.
-const K4_SCALE_PICK: [[u8; 32]; 8] = {
-    let mut picks = [[0u8; 32]; 8];
-    let mut k = 0;
-    while k < 8 {
-        let mut b = 0;
-        while b < 32 {
-            picks[k][b] = (2 * k + b % 2) as u8;
-            b += 1;
-        }
-        k += 1;
-    }
-    picks
-};
+const K4_SCALE_PICK: [[u8; 32]; 8] = i16_picks(1, 0);
 
 /// One Q4_K block against `y` as `[Σ sc·(q·a), Σ m·bsum, same, same]` (exact i32; the
 /// integers of ggml's repacked gemv, summed in a different but exact order).
