@@ -36,16 +36,22 @@ fn token_quants(g: &B32Pairs, b: usize, t: usize) -> __m256i {
     ld256(&halves[half])
 }
 
+/// 8 f32 on a 32-byte boundary: the scales are stored as one register and read back one by
+/// one, and a store that crossed a cache line (the stack slot's alignment otherwise depends on
+/// the callers' frames) would keep the loads from being forwarded from it.
+#[repr(C, align(32))]
+struct Scales([f32; PAIR_TOKENS]);
+
 /// The tokens' scale products `f16(d_w) * da[t]`, one rounding each.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn token_scales(d: F16Le, da: &[f32; PAIR_TOKENS]) -> [f32; PAIR_TOKENS] {
+fn token_scales(d: F16Le, da: &[f32; PAIR_TOKENS]) -> Scales {
     // All 8 lanes of the conversion are used: its input is one zeroing broadcast, so no
     // register's old value (an accumulator's) is merged into it.
     let dw = _mm256_cvtph_ps(_mm_set1_epi16(d.to_bits() as i16));
-    let mut out = [0.0f32; PAIR_TOKENS];
+    let mut out = Scales([0.0f32; PAIR_TOKENS]);
     // SAFETY: `da` is 8 readable and `out` 8 writable f32; loadu/storeu need no alignment.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(dw, _mm256_loadu_ps(da.as_ptr()))) };
+    unsafe { _mm256_storeu_ps(out.0.as_mut_ptr(), _mm256_mul_ps(dw, _mm256_loadu_ps(da.as_ptr()))) };
     out
 }
 
@@ -82,7 +88,7 @@ fn b32_tokens<W, const T: usize>(blocks: &[W], g: &B32Pairs, out: &mut [&mut [f3
             for (t, acc) in acc.iter_mut().enumerate() {
                 let sy = _mm256_sign_epi8(token_quants(g, b, t), qx);
                 let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones);
-                *acc = _mm256_fmadd_ps(broadcast_load(&d[t]), _mm256_cvtepi32_ps(lanes), *acc);
+                *acc = _mm256_fmadd_ps(broadcast_load(&d.0[t]), _mm256_cvtepi32_ps(lanes), *acc);
             }
         }
         for (o, &a) in out.iter_mut().zip(&acc) {
