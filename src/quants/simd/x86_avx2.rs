@@ -808,17 +808,28 @@ fn k4_scales_mins_vec(x: &BlockQ4K) -> (__m256i, __m128i) {
 /// `vpshufb` picks of i16 lane `k` into all 16 lanes, `k` 0..8.
 const K4_SCALE_PICK: [[u8; 32]; 8] = i16_picks(1, 0);
 
-/// One Q4_K block against `y` as `[Σ sc·(q·a), Σ m·bsum, same, same]` (exact i32; the
-/// integers of ggml's repacked gemv, summed in a different but exact order).
+/// Sub-block `k`'s scale in all 16 i16 lanes, from the scales of [`k4_scales_mins_vec`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k4_gemv_sums(quants: &[(__m256i, __m256i); 4], scales: __m256i, mins: __m128i, y: &BlockQ8K) -> __m128i {
+fn k4_chunk_scales(scales: __m256i, k: usize) -> __m256i {
+    _mm256_shuffle_epi8(scales, ld256(&K4_SCALE_PICK[k]))
+}
+
+/// One Q4_K block against `y` as `[Σ sc·(q·a), Σ m·bsum, same, same]` (exact i32; the
+/// integers of ggml's repacked gemv, summed in a different but exact order); `chunk_scales(k)`
+/// is sub-block `k`'s scale ([`k4_chunk_scales`]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_gemv_sums(
+    quants: &[(__m256i, __m256i); 4],
+    chunk_scales: impl Fn(usize) -> __m256i,
+    mins: __m128i,
+    y: &BlockQ8K,
+) -> __m128i {
     let mut sumi = _mm256_setzero_si256();
     for (j, &(lo, hi)) in quants.iter().enumerate() {
-        let s0 = _mm256_shuffle_epi8(scales, ld256(&K4_SCALE_PICK[2 * j]));
-        let s1 = _mm256_shuffle_epi8(scales, ld256(&K4_SCALE_PICK[2 * j + 1]));
-        let p0 = scaled_chunk(lo, q8(y, 2 * j), s0);
-        let p1 = scaled_chunk(hi, q8(y, 2 * j + 1), s1);
+        let p0 = scaled_chunk(lo, q8(y, 2 * j), chunk_scales(2 * j));
+        let p1 = scaled_chunk(hi, q8(y, 2 * j + 1), chunk_scales(2 * j + 1));
         sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
     }
     let bs = ld_bsums(&y.bsums);
@@ -861,7 +872,7 @@ pub(super) fn gemv_q4_k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     let mut acc = _mm_setzero_ps(); // [acc, acc_min, -, -]
     for (x, y) in w.iter().zip(a) {
         let (scales, mins) = k4_scales_mins_vec(x);
-        let sums = _mm_cvtepi32_ps(k4_gemv_sums(&k4_quants(x), scales, mins, y));
+        let sums = _mm_cvtepi32_ps(k4_gemv_sums(&k4_quants(x), |k| k4_chunk_scales(scales, k), mins, y));
         let d = _mm_mul_ps(k4_d_dmin(x), _mm_set1_ps(y.d));
         acc = _mm_fmadd_ps(sums, d, acc);
     }
@@ -878,11 +889,13 @@ pub(super) fn gemv_q4_k_rows<const N: usize>(w: &[BlockQ4K], a: [&[BlockQ8K]; N]
     let mut acc = [_mm_setzero_ps(); N];
     for (i, x) in w[..n].iter().enumerate() {
         let (scales, mins) = k4_scales_mins_vec(x);
+        // Each sub-block's scale picked once for all N rows.
+        let chunks: [__m256i; 8] = std::array::from_fn(|k| k4_chunk_scales(scales, k));
         let quants = k4_quants(x);
         let dw = k4_d_dmin(x);
         for r in 0..N {
             let y = &a[r][i];
-            let sums = _mm_cvtepi32_ps(k4_gemv_sums(&quants, scales, mins, y));
+            let sums = _mm_cvtepi32_ps(k4_gemv_sums(&quants, |k| chunks[k], mins, y));
             acc[r] = _mm_fmadd_ps(sums, _mm_mul_ps(dw, _mm_set1_ps(y.d)), acc[r]);
         }
     }
