@@ -154,9 +154,16 @@ pub(super) fn f16(h: F16Le) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) fn f16x2(a: F16Le, b: F16Le) -> (f32, f32) {
-    let pair = u32::from(a.to_bits()) | (u32::from(b.to_bits()) << 16);
-    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(pair as i32));
+    let v = f16_pair(a, b);
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// `[f32(a), f32(b), 0, 0]` by one `vcvtph2ps` of the zeroing `vmovd` of the 32-bit pair.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_pair(a: F16Le, b: F16Le) -> __m128 {
+    let pair = u32::from(a.to_bits()) | (u32::from(b.to_bits()) << 16);
+    _mm_cvtph_ps(_mm_cvtsi32_si128(pair as i32))
 }
 
 /// `f16(x.d) * f16(y.d)` with one conversion.
@@ -672,8 +679,10 @@ fn q6_lanes(q: &[__m256i; 8], all: __m256i, chunk_scales: impl Fn(usize) -> __m2
     _mm256_sub_epi32(sumi, sub)
 }
 
-/// `f16(h)` in lane 0 by one `vcvtph2ps` whose input is a zeroing `vmovd` (no merge into an
-/// unrelated register; the same value as [`f16`]).
+/// `f16(h)` in lane 0 by one `vcvtph2ps` (the same value as [`f16`], without its branches).
+/// LLVM builds the input with a `vpinsrw` merging into some register, the pattern [`f16`]
+/// documents; in `q6_k` / `q6_k_rows` that register was last written earlier in the same
+/// block (objdump, 2026-12-07), so no chain runs across blocks. Recheck where it is reused.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f16_lane0(h: F16Le) -> __m128 {
@@ -854,14 +863,6 @@ fn k4_quants(x: &BlockQ4K) -> [(__m256i, __m256i); 4] {
     quants
 }
 
-/// `[f16(d), f16(dmin)]` of a Q4_K block in lanes 0 and 1 (one `vcvtph2ps`, exact).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn k4_d_dmin(x: &BlockQ4K) -> __m128 {
-    let halves = u32::from(x.d.to_bits()) | (u32::from(x.dmin.to_bits()) << 16);
-    _mm_cvtph_ps(_mm_cvtsi32_si128(halves as i32))
-}
-
 /// One row of ggml's `ggml_gemv_q4_K_8x8_q8_K` (x86): per super-block
 /// `acc = fma(Σ sc·dot, d_w * d_a, acc)`, `acc_min = fma(Σ m·bsum, dmin_w * d_a, acc_min)`,
 /// result `acc - acc_min`. Bit-identical to [`gemv_q4_k`](crate::quants::gemv::gemv_q4_k):
@@ -873,7 +874,7 @@ pub(super) fn gemv_q4_k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
     for (x, y) in w.iter().zip(a) {
         let (scales, mins) = k4_scales_mins_vec(x);
         let sums = _mm_cvtepi32_ps(k4_gemv_sums(&k4_quants(x), |k| k4_chunk_scales(scales, k), mins, y));
-        let d = _mm_mul_ps(k4_d_dmin(x), _mm_set1_ps(y.d));
+        let d = _mm_mul_ps(f16_pair(x.d, x.dmin), _mm_set1_ps(y.d));
         acc = _mm_fmadd_ps(sums, d, acc);
     }
     let [dot, min, _, _]: [f32; 4] = bytemuck::cast(acc);
@@ -892,7 +893,7 @@ pub(super) fn gemv_q4_k_rows<const N: usize>(w: &[BlockQ4K], a: [&[BlockQ8K]; N]
         // Each sub-block's scale picked once for all N rows.
         let chunks: [__m256i; 8] = std::array::from_fn(|k| k4_chunk_scales(scales, k));
         let quants = k4_quants(x);
-        let dw = k4_d_dmin(x);
+        let dw = f16_pair(x.d, x.dmin);
         for r in 0..N {
             let y = &a[r][i];
             let sums = _mm_cvtepi32_ps(k4_gemv_sums(&quants, |k| chunks[k], mins, y));
