@@ -141,8 +141,9 @@ extern "C" __global__ void quantize_q8_k(const float *x, i8 *qs, float *ds, int 
         lane_dots_##T(w + (i64)r * row_bytes, xq + (i64)t0 * n_cols, xd + (i64)t0 * (n_cols / B) * 2, \
                       n_cols, nt, threadIdx.x % WARP, s);                                            \
         _Pragma("unroll") for (int tt = 0; tt < TILE_T; ++tt) {                                      \
+            if (tt >= nt) break; /* nt is the warp's: every lane leaves together */                  \
             const float v = warp_sum(s[tt]);                                                         \
-            if (tt < nt && threadIdx.x % WARP == 0)                                                  \
+            if (threadIdx.x % WARP == 0)                                                             \
                 y[(i64)(t0 + tt) * n_rows + r] = v + (bias ? bias[r] : 0.0f);                        \
         }                                                                                            \
     }
