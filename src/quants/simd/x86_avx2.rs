@@ -785,7 +785,7 @@ pub(super) fn gemv_q4_0(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
         // |qx| * sign(qy, qx): i16 pairs (at most 2 * 8 * 127, no saturation), then i32.
         let p = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
         let isum = hsum_i32_8(_mm256_madd_epi16(ones, p));
-        acc = (isum as f32).mul_add(f16(x.d) * f16(y.d), acc);
+        acc = (isum as f32).mul_add(f16_mul(x.d, y.d), acc);
     }
     acc
 }
