@@ -28,7 +28,7 @@ use minfer::graph::{Backend, BackendEntry, BackendFence, BackendRegistry, Device
 use minfer::models::load_model;
 
 /// Records and steps of the reference the emulated run covers (the emulator runs every GPU
-/// thread on one core: the 151936-row output matmul costs about a second per step).
+/// thread as a fiber on one core: the 151936-row output matmul is most of each step).
 const RECORDS: usize = 2;
 const STEPS: usize = 6;
 
