@@ -12,7 +12,10 @@
 //! * `corr[b * pairs + p]`: their lanes' offset corrections `-OFFSET * Σ y[4k..4k+4]`, so that
 //!   `corr + Σ u * y = Σ (u - OFFSET) * y = Σ q * y` exactly (as [`B32Panel`](super::gemm::B32Panel));
 //! * `da[b]`: the tokens' scales as f32 (the product with the weight scale is rounded once, as
-//!   `f16_mul` in the dots).
+//!   `f16_mul` in the dots);
+//! * `da_by_token[t * da_stride() + b]`: the same scales by token, [`SCALE_BLOCKS`] blocks of
+//!   one token side by side, for a kernel that multiplies a row's weight scales by a token's
+//!   eight at a time.
 //!
 //! Each token's 8 lanes then take `fma(d_w * d_a, lane, acc)` block after block and end in
 //! `hsum_float_8`: the single dot's order, so every element has its bits. A token count that is
@@ -34,6 +37,9 @@ use super::{BlockQ5_0, BlockQ8_0, BlockQ8K, GgmlType};
 /// Most tokens one [`B32Pairs`] holds (4 registers of two).
 pub const PAIR_TOKENS: usize = 8;
 
+/// Blocks per group of [`B32Pairs::da_by_token`]: one 256-bit register of f32.
+pub const SCALE_BLOCKS: usize = 8;
+
 /// The activations of up to [`PAIR_TOKENS`] tokens laid out for the pair kernels (see the
 /// module documentation).
 #[derive(Debug, Clone, Default)]
@@ -50,6 +56,9 @@ pub struct B32Pairs {
     pub corr: Vec<[i32; 16]>,
     /// `[per_row]`: every token's scale (0 past `tokens`).
     pub da: Vec<[f32; PAIR_TOKENS]>,
+    /// `[PAIR_TOKENS][da_stride()]`: `da` transposed, each token's scales of consecutive blocks
+    /// side by side (0 past `per_row` and past `tokens`).
+    pub da_by_token: Vec<f32>,
 }
 
 impl B32Pairs {
@@ -64,7 +73,9 @@ impl B32Pairs {
             y: vec![[0; 64]; per_row * pairs],
             corr: vec![[0; 16]; per_row * pairs],
             da: vec![[0.0; PAIR_TOKENS]; per_row],
+            da_by_token: vec![0.0; PAIR_TOKENS * per_row.next_multiple_of(SCALE_BLOCKS)],
         };
+        let stride = g.da_stride();
         for (t, row) in acts.iter().enumerate() {
             let (p, half) = (t / 2, t % 2);
             for (b, blk) in row.iter().enumerate() {
@@ -75,9 +86,16 @@ impl B32Pairs {
                     g.corr[slot][8 * half + k] = -off * sum;
                 }
                 g.da[b][t] = blk.d.to_f32();
+                g.da_by_token[t * stride + b] = g.da[b][t];
             }
         }
         Some(g)
+    }
+
+    /// Length of one token's row of [`B32Pairs::da_by_token`]: `per_row` rounded up to whole
+    /// groups of [`SCALE_BLOCKS`].
+    pub fn da_stride(&self) -> usize {
+        self.per_row.next_multiple_of(SCALE_BLOCKS)
     }
 
     /// Whether a pair kernel may run `n_rows` weight rows of `blocks` (`[n_rows][per_row]`)
@@ -88,6 +106,7 @@ impl B32Pairs {
         self.y.len() == slots
             && self.corr.len() == slots
             && self.da.len() == self.per_row
+            && self.da_by_token.len() == PAIR_TOKENS * self.da_stride()
             && group_fits((self.tokens, self.per_row, self.pairs), blocks.len(), n_rows, out)
     }
 }
@@ -220,6 +239,10 @@ mod tests {
         // block 0, pair 0: token 1 in the high half
         assert_eq!(&g.y[0][32..], &rows[1][0].qs[..]);
         assert_eq!(g.da[1][..4], [rows[0][1].d.to_f32(), rows[1][1].d.to_f32(), rows[2][1].d.to_f32(), 0.0]);
+        // by token: 8 blocks a group, token 2's two scales then zeros, nothing for token 3
+        assert_eq!(g.da_stride(), 8);
+        assert_eq!(g.da_by_token[16..24], [rows[2][0].d.to_f32(), rows[2][1].d.to_f32(), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(g.da_by_token[24..], [0.0; 40]);
     }
 
     #[test]

@@ -10,10 +10,13 @@
 //! `acc = fma(d_w * d_a, f32(lanes), acc)`, then `hsum_float_8`: every element bit-identical to
 //! the AVX2 dot (twin: [`b32_cell_scalar`](crate::quants::gemm::b32_cell_scalar)).
 //!
-//! The scales: `d_w` converted by one `vcvtph2ps` of a whole register, times the 8 tokens'
-//! `da` (one rounding each, as `f16_mul`), stored, and read back per token by a broadcast
-//! load. A scale extracted from a register took two shuffles per token and block, which on
-//! AVX2 are a sixth of a token's work.
+//! The scales: the weight scales of 8 blocks converted by one `vcvtph2ps`, times each token's
+//! scales of those blocks (`B32Pairs::da_by_token`, one rounding each, as `f16_mul`), stored,
+//! and read back per token and block by a broadcast load. A scale extracted from a register
+//! took two shuffles per token and block, which on AVX2 are a sixth of a token's work; a
+//! conversion per block (broadcast, `vcvtph2ps`, multiply, store, load) put a store-to-load
+//! round trip in front of every block's first FMA and cost a sixth of the block's vector
+//! slots.
 
 use std::arch::x86_64::*;
 
@@ -21,7 +24,7 @@ use super::x86_avx2::{Avx2, hsum_float_8, ld256, q5_0_quants};
 use crate::quants::blocks::{BlockQ5_0, BlockQ8_0};
 use crate::quants::dequant::WeightBlock;
 use crate::quants::gemm::Block32Gemm;
-use crate::quants::gemm_pairs::{B32Pairs, B32Rows, PAIR_TOKENS};
+use crate::quants::gemm_pairs::{B32Pairs, B32Rows, SCALE_BLOCKS};
 use crate::quants::F16Le;
 
 /// How far ahead of the block being multiplied the weights are prefetched.
@@ -36,22 +39,36 @@ fn token_quants(g: &B32Pairs, b: usize, t: usize) -> __m256i {
     ld256(&halves[half])
 }
 
-/// 8 f32 on a 32-byte boundary: the scales are stored as one register and read back one by
-/// one, and a store that crossed a cache line (the stack slot's alignment otherwise depends on
-/// the callers' frames) would keep the loads from being forwarded from it.
+/// One token's scale products of a group of [`SCALE_BLOCKS`] blocks, per token, on a 32-byte
+/// boundary: they are stored as registers and read back one by one, and a store that crossed a
+/// cache line (the stack slot's alignment otherwise depends on the callers' frames) would keep
+/// the loads from being forwarded from it.
 #[repr(C, align(32))]
-struct Scales([f32; PAIR_TOKENS]);
+struct GroupScales<const T: usize>([[f32; SCALE_BLOCKS]; T]);
 
-/// The tokens' scale products `f16(d_w) * da[t]`, one rounding each.
+/// The scale products `f16(d_w[b]) * da[t][b]` of the blocks `group` (at most
+/// [`SCALE_BLOCKS`], the first being block `b0` of its row) for the `T` tokens: one rounding
+/// each, as `f16_mul`. The weight scales are converted by one `vcvtph2ps` for the group and
+/// each token's products are one multiplication, ahead of the blocks' integer work, so no
+/// block waits on a conversion of its own.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn token_scales(d: F16Le, da: &[f32; PAIR_TOKENS]) -> Scales {
-    // All 8 lanes of the conversion are used: its input is one zeroing broadcast, so no
-    // register's old value (an accumulator's) is merged into it.
-    let dw = _mm256_cvtph_ps(_mm_set1_epi16(d.to_bits() as i16));
-    let mut out = Scales([0.0f32; PAIR_TOKENS]);
-    // SAFETY: `da` is 8 readable and `out` 8 writable f32; loadu/storeu need no alignment.
-    unsafe { _mm256_storeu_ps(out.0.as_mut_ptr(), _mm256_mul_ps(dw, _mm256_loadu_ps(da.as_ptr()))) };
+fn group_scales<W, const T: usize>(group: &[W], g: &B32Pairs, b0: usize, scale: impl Fn(&W) -> F16Le) -> GroupScales<T> {
+    let mut halves = [0u16; SCALE_BLOCKS];
+    for (h, x) in halves.iter_mut().zip(group) {
+        *h = scale(x).to_bits();
+    }
+    // SAFETY: `halves` is 8 readable u16; loadu needs no alignment.
+    let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(halves.as_ptr().cast()) });
+    let stride = g.da_stride();
+    let mut out = GroupScales([[0.0f32; SCALE_BLOCKS]; T]);
+    for (t, o) in out.0.iter_mut().enumerate() {
+        // `B32Pairs::fits` holds `da_by_token` at PAIR_TOKENS >= T rows of `stride`, a whole
+        // number of groups, so a group's 8 scales are always there.
+        let da = &g.da_by_token[t * stride + b0..][..SCALE_BLOCKS];
+        // SAFETY: `da` is 8 readable and `o` 8 writable f32; loadu/storeu need no alignment.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_mul_ps(dw, _mm256_loadu_ps(da.as_ptr()))) };
+    }
     out
 }
 
@@ -75,20 +92,28 @@ fn broadcast_load(p: &f32) -> __m256 {
 /// tokens of `g`: `out[t][r]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn b32_tokens<W, const T: usize>(blocks: &[W], g: &B32Pairs, out: &mut [&mut [f32]], unpack: impl Fn(&W) -> (__m256i, F16Le)) {
+fn b32_tokens<W, const T: usize>(
+    blocks: &[W],
+    g: &B32Pairs,
+    out: &mut [&mut [f32]],
+    unpack: impl Fn(&W) -> __m256i,
+    scale: impl Fn(&W) -> F16Le,
+) {
     let n = g.per_row;
     let ones = _mm256_set1_epi16(1);
     for (r, row) in blocks.chunks_exact(n).enumerate() {
         let mut acc = [_mm256_setzero_ps(); T];
-        for (b, x) in row.iter().enumerate() {
-            _mm_prefetch::<_MM_HINT_T0>((x as *const W).cast::<i8>().wrapping_add(PREFETCH_BYTES));
-            let (qx, wd) = unpack(x);
-            let ax = _mm256_sign_epi8(qx, qx);
-            let d = token_scales(wd, &g.da[b]);
-            for (t, acc) in acc.iter_mut().enumerate() {
-                let sy = _mm256_sign_epi8(token_quants(g, b, t), qx);
-                let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones);
-                *acc = _mm256_fmadd_ps(broadcast_load(&d.0[t]), _mm256_cvtepi32_ps(lanes), *acc);
+        for (group, b0) in row.chunks(SCALE_BLOCKS).zip((0..).step_by(SCALE_BLOCKS)) {
+            let d = group_scales::<W, T>(group, g, b0, &scale);
+            for (i, x) in group.iter().enumerate() {
+                _mm_prefetch::<_MM_HINT_T0>((x as *const W).cast::<i8>().wrapping_add(PREFETCH_BYTES));
+                let qx = unpack(x);
+                let ax = _mm256_sign_epi8(qx, qx);
+                for (t, (acc, d)) in acc.iter_mut().zip(&d.0).enumerate() {
+                    let sy = _mm256_sign_epi8(token_quants(g, b0 + i, t), qx);
+                    let lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), ones);
+                    *acc = _mm256_fmadd_ps(broadcast_load(&d[i]), _mm256_cvtepi32_ps(lanes), *acc);
+                }
             }
         }
         for (o, &a) in out.iter_mut().zip(&acc) {
@@ -99,12 +124,12 @@ fn b32_tokens<W, const T: usize>(blocks: &[W], g: &B32Pairs, out: &mut [&mut [f3
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5_0_tokens<const T: usize>(blocks: &[BlockQ5_0], g: &B32Pairs, out: &mut [&mut [f32]]) {
-    b32_tokens::<_, T>(blocks, g, out, |x| (q5_0_quants(x), x.d));
+    b32_tokens::<_, T>(blocks, g, out, |x| q5_0_quants(x), |x| x.d);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8_0_tokens<const T: usize>(blocks: &[BlockQ8_0], g: &B32Pairs, out: &mut [&mut [f32]]) {
-    b32_tokens::<_, T>(blocks, g, out, |x| (ld256(&x.qs), x.d));
+    b32_tokens::<_, T>(blocks, g, out, |x| ld256(&x.qs), |x| x.d);
 }
 
 /// `$kernel` for `g.tokens` tokens.
