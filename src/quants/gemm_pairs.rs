@@ -243,6 +243,13 @@ mod tests {
         assert_eq!(g.da_stride(), 8);
         assert_eq!(g.da_by_token[16..24], [rows[2][0].d.to_f32(), rows[2][1].d.to_f32(), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
         assert_eq!(g.da_by_token[24..], [0.0; 40]);
+        // 9 blocks: two groups a token, the second holding block 8 alone
+        let long: Vec<Vec<BlockQ8_0>> = (0..2).map(|t| (0..9).map(|b| block(10 * t + b)).collect()).collect();
+        let acts: Vec<&[BlockQ8_0]> = long.iter().map(|r| r.as_slice()).collect();
+        let g = B32Pairs::new(&acts, 16).unwrap();
+        assert_eq!((g.da_stride(), g.da_by_token.len()), (16, 8 * 16));
+        assert_eq!(g.da_by_token[16 + 8..16 + 10], [long[1][8].d.to_f32(), 0.0]);
+        assert_eq!(g.da_by_token[7], long[0][7].d.to_f32());
     }
 
     #[test]

@@ -39,14 +39,14 @@ fn token_quants(g: &B32Pairs, b: usize, t: usize) -> __m256i {
     ld256(&halves[half])
 }
 
-/// One token's scale products of a group of [`SCALE_BLOCKS`] blocks, per token, on a 32-byte
-/// boundary: they are stored as registers and read back one by one, and a store that crossed a
+/// The `T` tokens' scale products of a group of [`SCALE_BLOCKS`] blocks, a row of 8 per token,
+/// on a 32-byte boundary: they are stored as registers and read back one by one, and a store that crossed a
 /// cache line (the stack slot's alignment otherwise depends on the callers' frames) would keep
 /// the loads from being forwarded from it.
 #[repr(C, align(32))]
 struct GroupScales<const T: usize>([[f32; SCALE_BLOCKS]; T]);
 
-/// The scale products `f16(d_w[b]) * da[t][b]` of the blocks `group` (at most
+/// The scale products `f16(d_w[b]) * da[b][t]` (read from `da_by_token[t * stride + b]`) of the blocks `group` (at most
 /// [`SCALE_BLOCKS`], the first being block `b0` of its row) for the `T` tokens: one rounding
 /// each, as `f16_mul`. The weight scales are converted by one `vcvtph2ps` for the group and
 /// each token's products are one multiplication, ahead of the blocks' integer work, so no
