@@ -166,9 +166,9 @@ fn assert_pair_kernel(what: &str, twin: &[Vec<f32>], run: impl Fn(usize, &mut [&
 }
 
 /// The few-token pair kernels (Q5_0, Q8_0 with up to 8 tokens; AVX2 and AVX-512 VNNI) against
-/// the scalar twin, bit for bit, for every token count, for 1, 2 and 17 rows and for rows of 7,
-/// 16 and 19 blocks (less than one group of 8 blocks' scales, two whole groups, two and a part); shapes that
-/// do not fit are refused with nothing written.
+/// the scalar twin, bit for bit, for every token count, for 1, 2 and 17 rows and for rows of
+/// 7, 16 and 19 blocks (less than one group of 8 blocks' scales, two whole groups, two and a
+/// part); shapes that do not fit are refused with nothing written.
 fn b32_pairs_case<W: Block32Gemm + simd::SimdDot<Act = BlockQ8_0>>(seed: u32) {
     for k in tile_isas().into_iter().filter(|k| k.has_pairs()) {
         b32_pairs_on::<W>(k, seed);

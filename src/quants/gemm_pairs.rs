@@ -73,9 +73,10 @@ impl B32Pairs {
             y: vec![[0; 64]; per_row * pairs],
             corr: vec![[0; 16]; per_row * pairs],
             da: vec![[0.0; PAIR_TOKENS]; per_row],
-            da_by_token: vec![0.0; PAIR_TOKENS * per_row.next_multiple_of(SCALE_BLOCKS)],
+            da_by_token: Vec::new(),
         };
         let stride = g.da_stride();
+        g.da_by_token = vec![0.0; PAIR_TOKENS * stride];
         for (t, row) in acts.iter().enumerate() {
             let (p, half) = (t / 2, t % 2);
             for (b, blk) in row.iter().enumerate() {

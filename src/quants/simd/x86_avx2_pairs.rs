@@ -25,7 +25,7 @@ use crate::quants::blocks::{BlockQ5_0, BlockQ8_0};
 use crate::quants::dequant::WeightBlock;
 use crate::quants::gemm::Block32Gemm;
 use crate::quants::gemm_pairs::{B32Pairs, B32Rows, SCALE_BLOCKS};
-use crate::quants::F16Le;
+use crate::quants::packed_b32::Block32Pack;
 
 /// How far ahead of the block being multiplied the weights are prefetched.
 const PREFETCH_BYTES: usize = 1024;
@@ -40,23 +40,23 @@ fn token_quants(g: &B32Pairs, b: usize, t: usize) -> __m256i {
 }
 
 /// The `T` tokens' scale products of a group of [`SCALE_BLOCKS`] blocks, a row of 8 per token,
-/// on a 32-byte boundary: they are stored as registers and read back one by one, and a store that crossed a
-/// cache line (the stack slot's alignment otherwise depends on the callers' frames) would keep
-/// the loads from being forwarded from it.
+/// on a 32-byte boundary: they are stored as registers and read back one by one, and a store
+/// that crossed a cache line (the stack slot's alignment otherwise depends on the callers'
+/// frames) would keep the loads from being forwarded from it.
 #[repr(C, align(32))]
 struct GroupScales<const T: usize>([[f32; SCALE_BLOCKS]; T]);
 
-/// The scale products `f16(d_w[b]) * da[b][t]` (read from `da_by_token[t * stride + b]`) of the blocks `group` (at most
-/// [`SCALE_BLOCKS`], the first being block `b0` of its row) for the `T` tokens: one rounding
-/// each, as `f16_mul`. The weight scales are converted by one `vcvtph2ps` for the group and
+/// The scale products `f16(d_w[b]) * da[b][t]` (read from `da_by_token[t * stride + b]`) of
+/// the blocks `group` (at most [`SCALE_BLOCKS`], the first being block `b0` of its row) for the
+/// `T` tokens: one rounding each, as `f16_mul`. The weight scales are converted by one `vcvtph2ps` for the group and
 /// each token's products are one multiplication, ahead of the blocks' integer work, so no
 /// block waits on a conversion of its own.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn group_scales<W, const T: usize>(group: &[W], g: &B32Pairs, b0: usize, scale: impl Fn(&W) -> F16Le) -> GroupScales<T> {
+fn group_scales<W: Block32Pack, const T: usize>(group: &[W], g: &B32Pairs, b0: usize) -> GroupScales<T> {
     let mut halves = [0u16; SCALE_BLOCKS];
     for (h, x) in halves.iter_mut().zip(group) {
-        *h = scale(x).to_bits();
+        *h = x.scale().to_bits();
     }
     // SAFETY: `halves` is 8 readable u16; loadu needs no alignment.
     let dw = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(halves.as_ptr().cast()) });
@@ -92,19 +92,13 @@ fn broadcast_load(p: &f32) -> __m256 {
 /// tokens of `g`: `out[t][r]`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn b32_tokens<W, const T: usize>(
-    blocks: &[W],
-    g: &B32Pairs,
-    out: &mut [&mut [f32]],
-    unpack: impl Fn(&W) -> __m256i,
-    scale: impl Fn(&W) -> F16Le,
-) {
+fn b32_tokens<W: Block32Pack, const T: usize>(blocks: &[W], g: &B32Pairs, out: &mut [&mut [f32]], unpack: impl Fn(&W) -> __m256i) {
     let n = g.per_row;
     let ones = _mm256_set1_epi16(1);
     for (r, row) in blocks.chunks_exact(n).enumerate() {
         let mut acc = [_mm256_setzero_ps(); T];
         for (group, b0) in row.chunks(SCALE_BLOCKS).zip((0..).step_by(SCALE_BLOCKS)) {
-            let d = group_scales::<W, T>(group, g, b0, &scale);
+            let d = group_scales::<W, T>(group, g, b0);
             for (i, x) in group.iter().enumerate() {
                 _mm_prefetch::<_MM_HINT_T0>((x as *const W).cast::<i8>().wrapping_add(PREFETCH_BYTES));
                 let qx = unpack(x);
@@ -124,12 +118,12 @@ fn b32_tokens<W, const T: usize>(
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5_0_tokens<const T: usize>(blocks: &[BlockQ5_0], g: &B32Pairs, out: &mut [&mut [f32]]) {
-    b32_tokens::<_, T>(blocks, g, out, |x| q5_0_quants(x), |x| x.d);
+    b32_tokens::<_, T>(blocks, g, out, |x| q5_0_quants(x));
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8_0_tokens<const T: usize>(blocks: &[BlockQ8_0], g: &B32Pairs, out: &mut [&mut [f32]]) {
-    b32_tokens::<_, T>(blocks, g, out, |x| ld256(&x.qs), |x| x.d);
+    b32_tokens::<_, T>(blocks, g, out, |x| ld256(&x.qs));
 }
 
 /// `$kernel` for `g.tokens` tokens.
