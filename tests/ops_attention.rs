@@ -393,3 +393,59 @@ fn kv_store_writes_rows_and_rejects_bad_cells() {
     ));
     kernels::kv_store(&[], &[], &[], 4, &mut kc, &mut vc).unwrap();
 }
+
+/// Several sequences' runs handed to the workers together (`attention_runs`, the batched
+/// decode's path): every run gets the bits it gets alone, for runs of one token (written in
+/// place) and of several (staged), and the naive f64 result within `attention_against_naive_f64`'s
+/// budget (both ISAs); a bad run is an
+/// error before anything is written.
+#[test]
+fn runs_together_match_each_run_alone() {
+    for threads in [1, 2, 3] {
+        let pool = Pool::new(threads).unwrap();
+        for g in &GEOS {
+            let n_ctx = 200;
+            let w = g.nkv * g.hd;
+            // Each run has its own regions (as the batch's sequences from their first cell).
+            let caches: Vec<(Vec<f32>, Vec<f32>)> = (0..4).map(|s| (rng(10 + s, n_ctx * w, 1.5), rng(20 + s, n_ctx * w, 1.5))).collect();
+            let positions: [&[i32]; 4] = [&[57], &[0, 1, 2, 3, 4, 5, 6], &[199], &[130, 131]];
+            let qs: Vec<Vec<f32>> = positions.iter().enumerate().map(|(s, p)| rng(30 + s as u32, p.len() * g.nh * g.hd, 1.5)).collect();
+            let alone: Vec<Vec<f32>> = (0..4)
+                .map(|s| {
+                    let mut out = vec![0.0; qs[s].len()];
+                    kernels::attention(&pool, &args(g, &qs[s], &caches[s].0, &caches[s].1, positions[s]), &mut out).unwrap();
+                    out
+                })
+                .collect();
+            for isa in [Isa::detected(), Isa::Scalar] {
+                let mut outs: Vec<Vec<f32>> = qs.iter().map(|q| vec![f32::NAN; q.len()]).collect();
+                let mut runs: Vec<kernels::AttnRun> = outs
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(s, out)| kernels::AttnRun { args: args(g, &qs[s], &caches[s].0, &caches[s].1, positions[s]), out })
+                    .collect();
+                kernels::attention_runs_with(isa, &pool, &mut runs).unwrap();
+                for s in 0..4 {
+                    let a = args(g, &qs[s], &caches[s].0, &caches[s].1, positions[s]);
+                    if isa == Isa::detected() {
+                        assert_eq!(bits(&outs[s]), bits(&alone[s]), "threads {threads} hd {} run {s}", g.hd);
+                    }
+                    let want = naive(&a);
+                    for (x, y) in outs[s].iter().zip(&want) {
+                        assert!((*x as f64 - y).abs() < 2e-6, "{isa:?} threads {threads} hd {} run {s}: {x} vs {y}", g.hd);
+                    }
+                }
+            }
+            // A run past its region is refused, and no run's output is touched.
+            let bad: [i32; 1] = [n_ctx as i32];
+            let mut outs: Vec<Vec<f32>> = vec![vec![7.0; g.nh * g.hd]; 2];
+            let (o0, o1) = outs.split_at_mut(1);
+            let mut runs = [
+                kernels::AttnRun { args: args(g, &qs[0], &caches[0].0, &caches[0].1, positions[0]), out: &mut o0[0] },
+                kernels::AttnRun { args: args(g, &qs[2], &caches[2].0, &caches[2].1, &bad), out: &mut o1[0] },
+            ];
+            assert!(matches!(kernels::attention_runs(&pool, &mut runs), Err(OpsError::Position { .. })));
+            assert!(outs.iter().flatten().all(|&x| x == 7.0));
+        }
+    }
+}

@@ -10,7 +10,7 @@ use super::kernels::attention_q8::PackedKv;
 use super::kernels::kv_cache::{attention_dequantized, decode_row, encode_row, kv_store_typed};
 use super::kernels::matmul::{WeightMatrix, matmul, matmul_with_isa};
 use super::kernels::{self, AttnArgs, Isa, RopeCache};
-use crate::graph::{CNode, GraphError, KvType, NodeMeta, Op, RopeStyle, WeightId, WeightStore, WeightView};
+use crate::graph::{AttnMeta, CNode, GraphError, KvType, NodeMeta, Op, RopeStyle, WeightId, WeightStore, WeightView};
 use crate::quants::packed::PackedMatrix;
 use crate::workers::Pool;
 use std::sync::Arc;
@@ -266,13 +266,15 @@ pub fn attention(node: &CNode, cx: &KernelCtx, (q, pos, cells): (&[u8], &[u8], O
     if cells.len() != nt {
         return Err(GraphError::OperandLength { node: node.name.clone(), operand: 3, expected: nt, got: cells.len() });
     }
-    let (q, out) = (f32s(node, q)?, f32s_mut(node, dst)?);
+    let (q, mut out) = (f32s(node, q)?, f32s_mut(node, dst)?);
     let width = m.n_head * m.head_dim;
     let rb = m.kv_type.row_bytes(m.n_embd_kv());
     let bad_cell = |t: usize| {
         let source = format!("token {t}: cell {} at position {} is not inside 0..{}", cells[t], positions[t], m.n_ctx).into();
         GraphError::Kernel { node: node.name.clone(), source }
     };
+    let too_short = || GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: nt * width, got: q.len() };
+    let mut runs: Vec<SeqRun> = Vec::new();
     let mut t0 = 0;
     while t0 < nt {
         let start = cells[t0] - positions[t0];
@@ -281,31 +283,57 @@ pub fn attention(node: &CNode, cx: &KernelCtx, (q, pos, cells): (&[u8], &[u8], O
         }
         let t1 = (t0 + 1..nt).find(|&t| cells[t] - positions[t] != start).unwrap_or(nt);
         let from = start as usize * rb;
-        let (qs, os) = (q.get(t0 * width..t1 * width), out.get_mut(t0 * width..t1 * width));
-        let (Some(qs), Some(os), Some(ks), Some(vs)) = (qs, os, k.get(from..), v.get(from..)) else {
-            return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: nt * width, got: q.len() });
+        let n = (t1 - t0) * width;
+        let (Some(qs), Some(ks), Some(vs)) = (q.get(t0 * width..t1 * width), k.get(from..), v.get(from..)) else {
+            return Err(too_short());
         };
-        attention_run(node, cx, (qs, &positions[t0..t1]), (ks, vs), os)?;
+        if out.len() < n {
+            return Err(too_short());
+        }
+        let (os, rest) = std::mem::take(&mut out).split_at_mut(n);
+        out = rest;
+        runs.push(SeqRun { q: qs, positions: &positions[t0..t1], kv: (ks, vs), out: os });
         t0 = t1;
     }
+    if m.kv_type == KvType::F32 {
+        // Every sequence's tiles in one hand-off to the workers (see `attention_runs`).
+        let mut f32_runs = Vec::with_capacity(runs.len());
+        for r in runs {
+            let kv = (f32s(node, r.kv.0)?, f32s(node, r.kv.1)?);
+            f32_runs.push(kernels::AttnRun { args: attn_args(m, r.q, r.positions, kv), out: r.out });
+        }
+        let pool = cx.pool(node)?;
+        return match cx.isa {
+            KernelIsa::Detected => kernels::attention_runs(pool, &mut f32_runs),
+            KernelIsa::Scalar => kernels::attention_runs_with(Isa::Scalar, pool, &mut f32_runs),
+        }
+        .map_err(kernel(node));
+    }
+    for r in runs {
+        attention_run(node, cx, (r.q, r.positions), r.kv, r.out)?;
+    }
     Ok(())
+}
+
+/// The tokens of one sequence in a batched attention node: their queries and positions, the
+/// K and V regions from the sequence's first cell on, and their rows of the result.
+struct SeqRun<'a> {
+    q: &'a [f32],
+    positions: &'a [i32],
+    kv: (&'a [u8], &'a [u8]),
+    out: &'a mut [f32],
+}
+
+/// The kernel's arguments for the queries `q` at `positions` over the regions `k`, `v`.
+fn attn_args<'a>(m: &AttnMeta, q: &'a [f32], positions: &'a [i32], (k, v): (&'a [f32], &'a [f32])) -> AttnArgs<'a> {
+    AttnArgs { q, k_cache: k, v_cache: v, positions, n_head: m.n_head, n_head_kv: m.n_head_kv, head_dim: m.head_dim, scale: m.scale, window: m.window }
 }
 
 /// Attention of tokens of one sequence whose cells start at the first row of `k` and `v`.
 fn attention_run(node: &CNode, cx: &KernelCtx, (q, positions): (&[f32], &[i32]), (k, v): (&[u8], &[u8]), out: &mut [f32]) -> Result<(), GraphError> {
     let NodeMeta::Attn(m) = &node.meta else { return Err(wrong_meta(node, "attn")) };
     let (k, v) = (f32s(node, k)?, f32s(node, v)?);
-    let args = AttnArgs {
-        q,
-        k_cache: k,
-        v_cache: v,
-        positions,
-        n_head: m.n_head,
-        n_head_kv: m.n_head_kv,
-        head_dim: m.head_dim,
-        scale: m.scale,
-        window: m.window,
-    };
+    let args = attn_args(m, q, positions, (k, v));
     let pool = cx.pool(node)?;
     match (m.kv_type, cx.isa) {
         (KvType::F32, KernelIsa::Detected) => kernels::attention(pool, &args, out).map_err(kernel(node)),

@@ -90,30 +90,87 @@ pub fn attention_with(
     args: &AttnArgs,
     out: &mut [f32],
 ) -> Result<(), OpsError> {
-    let g = Geometry::check(args)?;
-    check_len("attention output", args.q.len(), out.len())?;
-    let k = isa.kernels();
-    let nt = args.positions.len();
-    let tiling = Tiling::new(nt, &g, args.n_head_kv, pool.n_threads());
-    let item_len = tiling.tokens * tiling.heads * g.hd;
-    let run = |scratch: &mut TileScratch, item: usize, piece: &mut [f32]| {
-        tile(k, args, &g, &tiling, item, piece, scratch);
-    };
-    if tiling.tokens == 1 {
-        // One token per tile: tiles are laid out as `out` is ([t][kv head][sub-group][head]).
-        pool.for_each_item_mut_with(out, item_len, TileScratch::default, run);
-        return Ok(());
+    attention_runs_with(isa, pool, &mut [AttnRun { args: *args, out }])
+}
+
+/// One sequence's share of a batch's attention: its tokens' queries, positions and KV regions
+/// ([`AttnArgs`]) and where their results go (`[nt][n_head * head_dim]`).
+pub struct AttnRun<'a> {
+    pub args: AttnArgs<'a>,
+    pub out: &'a mut [f32],
+}
+
+/// [`attention`] of several runs (the sequences of a batched pass) as one piece of parallel
+/// work: every run's tiles go to the pool together, so a decode step of B sequences hands the
+/// workers B runs' tiles at once instead of waking them B times for a few tiles each. Each
+/// run is tiled as it would be alone, and every query is computed whole by the same code, so
+/// the bits are those of [`attention`] run by run.
+pub fn attention_runs(pool: &Pool, runs: &mut [AttnRun]) -> Result<(), OpsError> {
+    attention_runs_with(Isa::detected(), pool, runs)
+}
+
+/// How one run is cut into tiles.
+struct RunPlan {
+    g: Geometry,
+    tiling: Tiling,
+    /// Values per tile.
+    item_len: usize,
+}
+
+impl RunPlan {
+    /// Whether the run's tiles are written to a staging buffer and then moved to their rows
+    /// (several tokens per tile) rather than straight into `out` (one token per tile: tiles are
+    /// laid out as `out` is, `[t][kv head][sub-group][head]`).
+    fn staged(&self) -> bool {
+        self.tiling.tokens > 1
     }
+}
+
+/// [`attention_runs`] with the kernels of `isa` (or the best supported below it).
+pub fn attention_runs_with(isa: Isa, pool: &Pool, runs: &mut [AttnRun]) -> Result<(), OpsError> {
+    let k = isa.kernels();
+    let plans = runs
+        .iter()
+        .map(|r| {
+            let g = Geometry::check(&r.args)?;
+            check_len("attention output", r.args.q.len(), r.out.len())?;
+            let tiling = Tiling::new(r.args.positions.len(), &g, r.args.n_head_kv, pool.n_threads());
+            Ok(RunPlan { item_len: tiling.tokens * tiling.heads * g.hd, g, tiling })
+        })
+        .collect::<Result<Vec<_>, OpsError>>()?;
+    let args: Vec<AttnArgs> = runs.iter().map(|r| r.args).collect();
     // Several tokens per tile: tiles write [block][kv head][sub-group][token][head][hd], then
     // their rows go to their places in `out`.
-    let n_items = tiling.n_items(nt, args.n_head_kv);
-    let mut tiles = vec![0.0f32; n_items * item_len];
-    pool.for_each_item_mut_with(&mut tiles, item_len, TileScratch::default, run);
-    let width = args.n_head * g.hd;
-    for (item, piece) in tiles.chunks_exact(item_len).enumerate() {
-        let (t0, h0) = tiling.origin(item, args.n_head_kv, g.group);
-        for (tt, rows) in piece.chunks_exact(tiling.heads * g.hd).enumerate().take(nt.saturating_sub(t0)) {
-            out[(t0 + tt) * width + h0 * g.hd..][..rows.len()].copy_from_slice(rows);
+    let mut staging: Vec<Vec<f32>> = args
+        .iter()
+        .zip(&plans)
+        .map(|(a, p)| if p.staged() { vec![0.0; p.tiling.n_items(a.positions.len(), a.n_head_kv) * p.item_len] } else { Vec::new() })
+        .collect();
+    {
+        // Every run's tiles: (run, tile, where it is written).
+        let mut tiles: Vec<(usize, usize, &mut [f32])> = Vec::new();
+        for (r, ((run, plan), stage)) in runs.iter_mut().zip(&plans).zip(staging.iter_mut()).enumerate() {
+            let dst: &mut [f32] = if plan.staged() { stage } else { &mut *run.out };
+            tiles.extend(dst.chunks_mut(plan.item_len.max(1)).enumerate().map(|(i, piece)| (r, i, piece)));
+        }
+        pool.for_each_item_mut_with(&mut tiles, 1, TileScratch::default, |scratch, _, t| {
+            for (r, item, piece) in t.iter_mut() {
+                let plan = &plans[*r];
+                tile(k, &args[*r], &plan.g, &plan.tiling, *item, piece, scratch);
+            }
+        });
+    }
+    for ((run, plan), stage) in runs.iter_mut().zip(&plans).zip(&staging) {
+        if !plan.staged() {
+            continue;
+        }
+        let (a, g) = (&run.args, &plan.g);
+        let (nt, width) = (a.positions.len(), a.n_head * g.hd);
+        for (item, piece) in stage.chunks_exact(plan.item_len).enumerate() {
+            let (t0, h0) = plan.tiling.origin(item, a.n_head_kv, g.group);
+            for (tt, rows) in piece.chunks_exact(plan.tiling.heads * g.hd).enumerate().take(nt.saturating_sub(t0)) {
+                run.out[(t0 + tt) * width + h0 * g.hd..][..rows.len()].copy_from_slice(rows);
+            }
         }
     }
     Ok(())

@@ -38,7 +38,7 @@ mod simd_x86_attn;
 pub mod softmax;
 
 pub use act::{add, add_inplace, mul, mul_inplace, silu, silu_with, swiglu, swiglu_inplace_with, swiglu_with};
-pub use attention::{AttnArgs, attention, attention_with, kv_store};
+pub use attention::{AttnArgs, AttnRun, attention, attention_runs, attention_runs_with, attention_with, kv_store};
 pub use dot::{dot_f32, dot_f32_with};
 pub use error::OpsError;
 pub use gelu::{geglu, geglu_inplace, gelu, gelu_inplace, scale, scale_inplace};
