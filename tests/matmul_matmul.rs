@@ -206,6 +206,31 @@ fn batches_equal_single_tokens_on_both_sides_of_the_tile_threshold() {
     }
 }
 
+/// Matrices tall enough that the pair kernels' work items hold more than one row tile (1100
+/// rows on 2 threads: items of 32 rows, the last one of 12; `pair_tile_rows`): the batch
+/// still equals its tokens one at a time, and 2 threads equal 1, bit for bit.
+#[test]
+fn tall_matrices_through_the_pair_kernels_equal_single_tokens() {
+    let (one, two) = (Pool::new(1).unwrap(), Pool::new(2).unwrap());
+    let mut rng = Rng(0xabcd_0006);
+    let rows = 1100;
+    for ty in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q6K, GgmlType::Q4K] {
+        let cols = cols_for(ty);
+        let data = matrix(&mut rng, ty, rows, cols);
+        let w = WeightMatrix { packed: None, ty, data: &data, rows, cols };
+        let bias: Vec<f32> = (0..rows).map(|_| rng.normal()).collect();
+        for nt in [2, 4, 9] {
+            let x: Vec<f32> = (0..nt).flat_map(|_| activations(&mut rng, cols)).collect();
+            for isa in supported_isas() {
+                let batch = bits(&run(&two, &w, &x, Some(&bias), isa));
+                assert_eq!(batch, bits(&run(&one, &w, &x, Some(&bias), isa)), "{ty} {isa} tokens {nt}: threads");
+                let single: Vec<u32> = x.chunks(cols).flat_map(|xt| bits(&run(&one, &w, xt, Some(&bias), isa))).collect();
+                assert_eq!(batch, single, "{ty} {isa} tokens {nt}");
+            }
+        }
+    }
+}
+
 #[test]
 fn active_isa_is_what_matmul_uses_and_scalar_equals_reference_dots() {
     let pool = Pool::new(2).unwrap();

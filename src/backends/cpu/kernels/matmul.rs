@@ -521,7 +521,8 @@ where
     let Some(rows) = rows else { return Ok(false) }; // [tokens][per_row]
     let groups: Option<Vec<G>> = rows.chunks(PAIR_TOKENS).map(&layout).collect();
     let Some(groups) = groups else { return Ok(false) };
-    Ok(run_row_tiles(pool, out, w.rows, acts.len(), ROW_TILE, bias, || (), |_, first, pieces| {
+    let tile_rows = pair_tile_rows(w.rows, pool.n_threads());
+    Ok(run_row_tiles(pool, out, w.rows, acts.len(), tile_rows, bias, || (), |_, first, pieces| {
         let n_rows = pieces.first().map_or(0, |p| p.len());
         let tile_blocks = &blocks[first * per_row..(first + n_rows) * per_row];
         groups
@@ -529,6 +530,15 @@ where
             .zip(pieces.chunks_mut(PAIR_TOKENS))
             .all(|(g, outs)| run(tile_blocks, n_rows, g, outs))
     }))
+}
+
+/// Rows per work item of [`multiply_pairs`]: about 16 items per thread, in whole
+/// [`ROW_TILE`]s. An item costs the pool a hand-off and the kernel an entry (its checks, its
+/// registers set up) and its output pieces; at 16 rows the 151936-row output matrix of a
+/// 0.5B model was 9496 items a step. Each row is computed whole by the same kernel whatever
+/// item it falls in, so the bits do not depend on this.
+fn pair_tile_rows(rows: usize, threads: usize) -> usize {
+    (rows / (16 * threads.max(1)) / ROW_TILE * ROW_TILE).max(ROW_TILE)
 }
 
 /// [`multiply_pairs`] for a 32-value-block type (Q5_0, Q8_0).
