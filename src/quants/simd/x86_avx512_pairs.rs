@@ -30,8 +30,40 @@ fn unpack_q5_0(x: &BlockQ5_0) -> __m512i {
     let packed = _mm512_broadcast_i32x4(ld128(&x.qs));
     let shifts = _mm512_set_epi64(0x0004_0004_0004_0004, 0x0004_0004_0004_0004, 0, 0, 0x0004_0004_0004_0004, 0x0004_0004_0004_0004, 0, 0);
     let nib = _mm512_and_si512(_mm512_srlv_epi16(packed, shifts), _mm512_set1_epi8(0x0f));
-    let qh = u64::from(u32::from_le_bytes(x.qh));
-    _mm512_mask_add_epi8(nib, _cvtu64_mask64(qh | qh << 32), nib, _mm512_set1_epi8(0x10))
+    add_bytes_masked(nib, high_bits(&x.qh), _mm512_set1_epi8(0x10))
+}
+
+/// The 32 fifth bits `qh` as a mask of both 256-bit halves' bytes: loaded straight into a mask
+/// register and doubled (`kmovd`, `kunpckdq`). Through `_cvtu64_mask64` LLVM builds the 64
+/// bits in a general register (a load, two shifts and an `or`), scalar work that competes for
+/// the vector ports' issue slots.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn high_bits(qh: &[u8; 4]) -> __mmask64 {
+    let k: __mmask64;
+    // SAFETY: `qh` is 4 readable bytes, all that `kmovd` reads; the instructions (AVX-512BW,
+    // enabled for this function) write nothing but `k`.
+    unsafe {
+        std::arch::asm!("kmovd {k}, dword ptr [{p}]", "kunpckdq {k}, {k}, {k}", p = in(reg) qh.as_ptr(), k = out(kreg) k,
+            options(pure, readonly, nostack, preserves_flags));
+    }
+    k
+}
+
+/// `a + b` in the bytes `k` selects, `a` elsewhere: one masked `vpaddb`. Written as
+/// `_mm512_mask_add_epi8`, LLVM sees that the nibbles leave bit 4 clear and emits an `or` and
+/// a masked move instead, a vector operation more per block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn add_bytes_masked(a: __m512i, k: __mmask64, b: __m512i) -> __m512i {
+    let mut r = a;
+    // SAFETY: register-only instruction (AVX-512BW, enabled for this function); it writes `r`
+    // only.
+    unsafe {
+        std::arch::asm!("vpaddb {r}{{{k}}}, {r}, {b}", r = inout(zmm_reg) r, k = in(kreg) k, b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags));
+    }
+    r
 }
 
 /// Q8_0's 32 quants as unsigned `q + 128`, in both 256-bit halves.
