@@ -9,9 +9,10 @@
 //! * `packed`: the same products from the repacked copy ([`PackedMatrix`], 16 rows interleaved
 //!   per block), what decode runs by default.
 //!
-//! `cargo run --release --example packed_probe -- [TYPE ROWS COLS THREADS MIB]` (default q4_k
-//! 8960 1536 1 256: the 1.5B's `ffn_gate`, copies of it totalling MIB; 1 keeps one copy, in
-//! cache). TYPE is q4_k, q5_0 or q8_0. Rounds alternate the two; the medians are printed with
+//! `cargo run --release --example packed_probe -- [TYPE ROWS COLS THREADS MIB TOKENS]` (default
+//! q4_k 8960 1536 1 256 1: the 1.5B's `ffn_gate`, copies of it totalling MIB, 1 keeping one copy
+//! in cache; TOKENS > 1 times a batched decode's product, where both ways run the few-token
+//! kernels). TYPE is q4_k, q5_0 or q8_0. Rounds alternate the two; the medians are printed with
 //! the rate at which each reads its own bytes (compare `examples/read_bandwidth.rs`).
 
 use std::time::Instant;
@@ -42,6 +43,7 @@ fn main() {
     };
     let (rows, cols, threads) = (arg(2, 8960), arg(3, 1536), arg(4, 1).max(1));
     let stream_bytes = arg(5, 256) << 20;
+    let nt = arg(6, 1).max(1);
     let (block, block_bytes) = (ty.block_size(), ty.type_size());
     assert!(cols > 0 && cols % block == 0, "COLS must be a multiple of {block}");
     assert!(rows % 16 == 0, "ROWS must be a multiple of 16");
@@ -69,24 +71,29 @@ fn main() {
         .iter()
         .map(|c| PackedMatrix::for_decode(ty, c, rows, cols).expect("whole blocks").expect("a type that packs"))
         .collect();
-    let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+    let x: Vec<f32> = (0..nt * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     let pool = Pool::new(threads).expect("a thread pool");
-    let (mut by_rows, mut by_packed) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+    let (mut by_rows, mut by_packed) = (vec![0.0f32; nt * rows], vec![0.0f32; nt * rows]);
     let (mut rows_ms, mut packed_ms) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         for (use_packed, out, ms) in [(false, &mut by_rows, &mut rows_ms), (true, &mut by_packed, &mut packed_ms)] {
-            let t0 = Instant::now();
-            for i in 0..CALLS {
-                let c = i % n_copies;
-                let w = WeightMatrix { ty, data: &copies[c], rows, cols, packed: use_packed.then(|| &packed[c]) };
-                matmul(&pool, &w, &x, None, out).expect("matmul");
-            }
-            ms.push(t0.elapsed().as_secs_f64() * 1e3 / CALLS as f64);
+            // From inside the pool, as a forward pass calls it (`Pool::install`): the other
+            // workers spin between the calls instead of sleeping.
+            let elapsed = pool.install(|| {
+                let t0 = Instant::now();
+                for i in 0..CALLS {
+                    let c = i % n_copies;
+                    let w = WeightMatrix { ty, data: &copies[c], rows, cols, packed: use_packed.then(|| &packed[c]) };
+                    matmul(&pool, &w, &x, None, out).expect("matmul");
+                }
+                t0.elapsed()
+            });
+            ms.push(elapsed.as_secs_f64() * 1e3 / CALLS as f64);
         }
     }
     let same = by_rows.iter().zip(&by_packed).all(|(a, b)| a.to_bits() == b.to_bits());
     let (r, p) = (median(rows_ms), median(packed_ms));
-    println!("{ty:?} {rows}x{cols}, one token, {threads} thread(s), {n_copies} copies, medians of {ROUNDS} rounds of {CALLS} calls:");
+    println!("{ty:?} {rows}x{cols}, {nt} token(s), {threads} thread(s), {n_copies} copies, medians of {ROUNDS} rounds of {CALLS} calls:");
     println!("  rows (file's blocks): {r:.3} ms, {:.1} GB/s of the file's bytes", data.len() as f64 / r / 1e6);
     println!("  packed:               {p:.3} ms, {:.1} GB/s of packed bytes", packed[0].bytes() as f64 / p / 1e6);
     println!("  results bit-identical: {same}");
