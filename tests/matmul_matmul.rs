@@ -206,14 +206,16 @@ fn batches_equal_single_tokens_on_both_sides_of_the_tile_threshold() {
     }
 }
 
-/// Matrices tall enough that the pair kernels' work items hold more than one row tile (1100
-/// rows on 2 threads: items of 32 rows, the last one of 12; `pair_tile_rows`): the batch
-/// still equals its tokens one at a time, and 2 threads equal 1, bit for bit.
+/// Matrices tall enough that the pair kernels' work items of one token group hold more than
+/// one row tile (1096 rows, a multiple of 8 so that Q4_K takes its pair kernel: items of 32
+/// rows on 2 threads and 64 on 1, the last ones of 8; `pair_tile_rows`), and 9 tokens (two
+/// groups, 16-row items): the batch still equals its tokens one at a time, and 2 threads
+/// equal 1, bit for bit.
 #[test]
 fn tall_matrices_through_the_pair_kernels_equal_single_tokens() {
     let (one, two) = (Pool::new(1).unwrap(), Pool::new(2).unwrap());
     let mut rng = Rng(0xabcd_0006);
-    let rows = 1100;
+    let rows = 1096;
     for ty in [GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q6K, GgmlType::Q4K] {
         let cols = cols_for(ty);
         let data = matrix(&mut rng, ty, rows, cols);

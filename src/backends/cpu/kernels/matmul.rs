@@ -13,8 +13,9 @@
 //! # Invariance
 //!
 //! Work is split by output rows (ownership split, see [`Pool`]): a worker owns a tile of
-//! [`ROW_TILE`] weight rows and computes all their outputs, for every token, reusing each weight
-//! row from cache across the tokens. Every output element is computed by the same dot routine on
+//! [`ROW_TILE`] weight rows (the pair kernels of up to [`PAIR_TOKENS`] tokens: a larger
+//! item, see `pair_tile_rows`) and computes all their outputs, for every token, reusing each
+//! weight row from cache across the tokens. Every output element is computed by the same dot routine on
 //! the same two rows whatever the thread count, the tiling or the number of tokens, so results
 //! are bit-identical for any thread count, and prefill (many tokens) equals decode (one token at
 //! a time) bit for bit. llama.cpp itself does not have the second property: with two or more
@@ -498,7 +499,8 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
 /// The few-token product through a pair kernel ([`Kernels::b32_pairs`],
 /// [`Kernels::k4_gemv_pairs`], [`Kernels::k6_pairs`]): the tokens' `A` rows in groups of up to
 /// [`PAIR_TOKENS`] laid out once (`layout`: [`B32Pairs`], [`K8Pairs`]), each worker running
-/// its [`ROW_TILE`] rows of `W` against every group (`run(blocks, n_rows, group, outs)`). Same
+/// its item's rows of `W` ([`pair_tile_rows`]) against every group (`run(blocks, n_rows,
+/// group, outs)`). Same
 /// bits per element as [`multiply`]. `Ok(false)`: not run (no pair kernel for this ISA or
 /// type, or activations of another type).
 fn multiply_pairs<W, A, G>(
@@ -521,7 +523,7 @@ where
     let Some(rows) = rows else { return Ok(false) }; // [tokens][per_row]
     let groups: Option<Vec<G>> = rows.chunks(PAIR_TOKENS).map(&layout).collect();
     let Some(groups) = groups else { return Ok(false) };
-    let tile_rows = pair_tile_rows(w.rows, pool.n_threads());
+    let tile_rows = pair_tile_rows(w.rows, pool.n_threads(), groups.len());
     Ok(run_row_tiles(pool, out, w.rows, acts.len(), tile_rows, bias, || (), |_, first, pieces| {
         let n_rows = pieces.first().map_or(0, |p| p.len());
         let tile_blocks = &blocks[first * per_row..(first + n_rows) * per_row];
@@ -532,12 +534,18 @@ where
     }))
 }
 
-/// Rows per work item of [`multiply_pairs`]: about 16 items per thread, in whole
+/// Rows per work item of [`multiply_pairs`] for `groups` groups of tokens. One group (up to
+/// [`PAIR_TOKENS`] tokens, a batched decode step): about 16 items per thread, in whole
 /// [`ROW_TILE`]s. An item costs the pool a hand-off and the kernel an entry (its checks, its
 /// registers set up) and its output pieces; at 16 rows the 151936-row output matrix of a
-/// 0.5B model was 9496 items a step. Each row is computed whole by the same kernel whatever
-/// item it falls in, so the bits do not depend on this.
-fn pair_tile_rows(rows: usize, threads: usize) -> usize {
+/// 0.5B model was 9496 items a step. Several groups: [`ROW_TILE`] rows, whose weights stay in
+/// L1 from one group to the next (a large item would read them from memory once per group).
+/// Each row is computed whole by the same kernel whatever item it falls in, so the bits do
+/// not depend on this.
+fn pair_tile_rows(rows: usize, threads: usize, groups: usize) -> usize {
+    if groups > 1 {
+        return ROW_TILE;
+    }
     (rows / (16 * threads.max(1)) / ROW_TILE * ROW_TILE).max(ROW_TILE)
 }
 
