@@ -396,9 +396,8 @@ fn kv_store_writes_rows_and_rejects_bad_cells() {
 
 /// Several sequences' runs handed to the workers together (`attention_runs`, the batched
 /// decode's path): every run gets the bits it gets alone, for runs of one token (written in
-/// place) and of several (staged), and the naive f64 result within `attention_against_naive_f64`'s
-/// budget (both ISAs); a bad run is an
-/// error before anything is written.
+/// place) and of several (staged), and the naive f64 result within the budget of
+/// `attention_against_naive_f64` (both ISAs); a bad run is an error before anything is written.
 #[test]
 fn runs_together_match_each_run_alone() {
     for threads in [1, 2, 3] {

@@ -302,12 +302,7 @@ pub fn attention(node: &CNode, cx: &KernelCtx, (q, pos, cells): (&[u8], &[u8], O
             let kv = (f32s(node, r.kv.0)?, f32s(node, r.kv.1)?);
             f32_runs.push(kernels::AttnRun { args: attn_args(m, r.q, r.positions, kv), out: r.out });
         }
-        let pool = cx.pool(node)?;
-        return match cx.isa {
-            KernelIsa::Detected => kernels::attention_runs(pool, &mut f32_runs),
-            KernelIsa::Scalar => kernels::attention_runs_with(Isa::Scalar, pool, &mut f32_runs),
-        }
-        .map_err(kernel(node));
+        return f32_attention(node, cx, &mut f32_runs);
     }
     for r in runs {
         attention_run(node, cx, (r.q, r.positions), r.kv, r.out)?;
@@ -324,6 +319,16 @@ struct SeqRun<'a> {
     out: &'a mut [f32],
 }
 
+/// Attention of `runs` over f32 KV regions, with the kernels `cx` asks for.
+fn f32_attention(node: &CNode, cx: &KernelCtx, runs: &mut [kernels::AttnRun]) -> Result<(), GraphError> {
+    let pool = cx.pool(node)?;
+    match cx.isa {
+        KernelIsa::Detected => kernels::attention_runs(pool, runs),
+        KernelIsa::Scalar => kernels::attention_runs_with(Isa::Scalar, pool, runs),
+    }
+    .map_err(kernel(node))
+}
+
 /// The kernel's arguments for the queries `q` at `positions` over the regions `k`, `v`.
 fn attn_args<'a>(m: &AttnMeta, q: &'a [f32], positions: &'a [i32], (k, v): (&'a [f32], &'a [f32])) -> AttnArgs<'a> {
     AttnArgs { q, k_cache: k, v_cache: v, positions, n_head: m.n_head, n_head_kv: m.n_head_kv, head_dim: m.head_dim, scale: m.scale, window: m.window }
@@ -334,17 +339,18 @@ fn attention_run(node: &CNode, cx: &KernelCtx, (q, positions): (&[f32], &[i32]),
     let NodeMeta::Attn(m) = &node.meta else { return Err(wrong_meta(node, "attn")) };
     let (k, v) = (f32s(node, k)?, f32s(node, v)?);
     let args = attn_args(m, q, positions, (k, v));
+    if m.kv_type == KvType::F32 {
+        return f32_attention(node, cx, &mut [kernels::AttnRun { args, out }]);
+    }
     let pool = cx.pool(node)?;
-    match (m.kv_type, cx.isa) {
-        (KvType::F32, KernelIsa::Detected) => kernels::attention(pool, &args, out).map_err(kernel(node)),
-        (KvType::F32, KernelIsa::Scalar) => kernels::attention_with(Isa::Scalar, pool, &args, out).map_err(kernel(node)),
-        (KvType::Q8_0, _) if fused_q8_kv() => {
+    match m.kv_type {
+        KvType::Q8_0 if fused_q8_kv() => {
             let kv = PackedKv { k: bytemuck::cast_slice(k), v: bytemuck::cast_slice(v) };
             kernels::attention_q8::attention_q8(pool, &args, kv, out).map_err(kernel(node))
         }
         // f16, and q8_0 with MINFER_NO_FUSED_Q8_KV=1: dequantize the cells in use, then the
         // f32 path.
-        (t, _) => attention_dequantized(pool, t, &args, (k, v), out).map_err(kernel(node)),
+        t => attention_dequantized(pool, t, &args, (k, v), out).map_err(kernel(node)),
     }
 }
 

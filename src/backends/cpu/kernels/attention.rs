@@ -109,15 +109,16 @@ pub fn attention_runs(pool: &Pool, runs: &mut [AttnRun]) -> Result<(), OpsError>
     attention_runs_with(Isa::detected(), pool, runs)
 }
 
-/// How one run is cut into tiles.
-struct RunPlan {
+/// One run's arguments and how it is cut into tiles.
+struct RunPlan<'a> {
+    args: AttnArgs<'a>,
     g: Geometry,
     tiling: Tiling,
     /// Values per tile.
     item_len: usize,
 }
 
-impl RunPlan {
+impl RunPlan<'_> {
     /// Whether the run's tiles are written to a staging buffer and then moved to their rows
     /// (several tokens per tile) rather than straight into `out` (one token per tile: tiles are
     /// laid out as `out` is, `[t][kv head][sub-group][head]`).
@@ -135,16 +136,14 @@ pub fn attention_runs_with(isa: Isa, pool: &Pool, runs: &mut [AttnRun]) -> Resul
             let g = Geometry::check(&r.args)?;
             check_len("attention output", r.args.q.len(), r.out.len())?;
             let tiling = Tiling::new(r.args.positions.len(), &g, r.args.n_head_kv, pool.n_threads());
-            Ok(RunPlan { item_len: tiling.tokens * tiling.heads * g.hd, g, tiling })
+            Ok(RunPlan { args: r.args, item_len: tiling.tokens * tiling.heads * g.hd, g, tiling })
         })
         .collect::<Result<Vec<_>, OpsError>>()?;
-    let args: Vec<AttnArgs> = runs.iter().map(|r| r.args).collect();
     // Several tokens per tile: tiles write [block][kv head][sub-group][token][head][hd], then
     // their rows go to their places in `out`.
-    let mut staging: Vec<Vec<f32>> = args
+    let mut staging: Vec<Vec<f32>> = plans
         .iter()
-        .zip(&plans)
-        .map(|(a, p)| if p.staged() { vec![0.0; p.tiling.n_items(a.positions.len(), a.n_head_kv) * p.item_len] } else { Vec::new() })
+        .map(|p| if p.staged() { vec![0.0; p.tiling.n_items(p.args.positions.len(), p.args.n_head_kv) * p.item_len] } else { Vec::new() })
         .collect();
     {
         // Every run's tiles: (run, tile, where it is written).
@@ -156,7 +155,7 @@ pub fn attention_runs_with(isa: Isa, pool: &Pool, runs: &mut [AttnRun]) -> Resul
         pool.for_each_item_mut_with(&mut tiles, 1, TileScratch::default, |scratch, _, t| {
             for (r, item, piece) in t.iter_mut() {
                 let plan = &plans[*r];
-                tile(k, &args[*r], &plan.g, &plan.tiling, *item, piece, scratch);
+                tile(k, &plan.args, &plan.g, &plan.tiling, *item, piece, scratch);
             }
         });
     }
@@ -164,7 +163,7 @@ pub fn attention_runs_with(isa: Isa, pool: &Pool, runs: &mut [AttnRun]) -> Resul
         if !plan.staged() {
             continue;
         }
-        let (a, g) = (&run.args, &plan.g);
+        let (a, g) = (&plan.args, &plan.g);
         let (nt, width) = (a.positions.len(), a.n_head * g.hd);
         for (item, piece) in stage.chunks_exact(plan.item_len).enumerate() {
             let (t0, h0) = plan.tiling.origin(item, a.n_head_kv, g.group);

@@ -15,11 +15,11 @@
 //! Work is split by output rows (ownership split, see [`Pool`]): a worker owns a tile of
 //! [`ROW_TILE`] weight rows (the pair kernels of up to [`PAIR_TOKENS`] tokens: a larger
 //! item, see `pair_tile_rows`) and computes all their outputs, for every token, reusing each
-//! weight row from cache across the tokens. Every output element is computed by the same dot routine on
-//! the same two rows whatever the thread count, the tiling or the number of tokens, so results
-//! are bit-identical for any thread count, and prefill (many tokens) equals decode (one token at
-//! a time) bit for bit. llama.cpp itself does not have the second property: with two or more
-//! tokens it switches to the llamafile sgemm, which sums in another order.
+//! weight row from cache across the tokens. Every output element is computed by the same dot
+//! routine on the same two rows whatever the thread count, the tiling or the number of tokens,
+//! so results are bit-identical for any thread count, and prefill (many tokens) equals decode
+//! (one token at a time) bit for bit. llama.cpp itself does not have the second property: with
+//! two or more tokens it switches to the llamafile sgemm, which sums in another order.
 
 use crate::quants::gemm::{B32Panel, B32Tile, Block32Gemm, RowLaneTile, split_q8_1};
 use crate::quants::gemm_k::{K4Tile, K6Tile, K8Panel, LANES};
@@ -500,9 +500,8 @@ fn gemm_b32<W: Block32Gemm + WeightBlock + Sync>(
 /// [`Kernels::k4_gemv_pairs`], [`Kernels::k6_pairs`]): the tokens' `A` rows in groups of up to
 /// [`PAIR_TOKENS`] laid out once (`layout`: [`B32Pairs`], [`K8Pairs`]), each worker running
 /// its item's rows of `W` ([`pair_tile_rows`]) against every group (`run(blocks, n_rows,
-/// group, outs)`). Same
-/// bits per element as [`multiply`]. `Ok(false)`: not run (no pair kernel for this ISA or
-/// type, or activations of another type).
+/// group, outs)`). Same bits per element as [`multiply`]. `Ok(false)`: not run (no pair
+/// kernel for this ISA or type, or activations of another type).
 fn multiply_pairs<W, A, G>(
     pool: &Pool,
     w: &WeightMatrix,
