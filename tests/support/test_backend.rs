@@ -51,6 +51,7 @@ use minfer::graph::{
 };
 use minfer::quants::GgmlType;
 use minfer::workers::Pool;
+use minfer::backends::cpu::kernels::RopeTables;
 
 /// The byte every stored byte is XORed with.
 pub const KEY: u8 = 0xA5;
@@ -430,6 +431,8 @@ pub struct TestBackend {
     pool: Arc<Pool>,
     isa: KernelIsa,
     counters: CounterHandle,
+    /// RoPE tables, as the CPU backend keeps them.
+    rope: RopeTables,
 }
 
 impl TestBackend {
@@ -455,6 +458,7 @@ impl TestBackend {
             pool,
             isa: KernelIsa::Detected,
             counters: CounterHandle::default(),
+            rope: RopeTables::default(),
         }
     }
 
@@ -567,7 +571,7 @@ impl TestBackend {
     }
 
     fn ctx<'a>(&'a self, weights: &'a StagedWeights) -> KernelCtx<'a> {
-        KernelCtx { weights: Some(weights as &dyn Weights), loaded: &self.loaded, packed: &[], pool: Some(&self.pool), isa: self.isa }
+        KernelCtx { weights: Some(weights as &dyn Weights), loaded: &self.loaded, packed: &[], pool: Some(&self.pool), isa: self.isa, rope: &self.rope }
     }
 
     fn run_node(&mut self, node: &CNode, w: &NodeWork) -> Result<(), GraphError> {

@@ -70,6 +70,9 @@ pub struct KernelCtx<'a> {
     pub packed: &'a [Option<Arc<PackedMatrix>>],
     pub pool: Option<&'a Pool>,
     pub isa: KernelIsa,
+    /// The backend's recent RoPE tables (Q and K of every layer at one set of positions share
+    /// one).
+    pub rope: &'a kernels::RopeTables,
 }
 
 impl<'a> KernelCtx<'a> {
@@ -142,14 +145,25 @@ pub fn rope_supported(node: &CNode) -> bool {
     }
 }
 
-/// RoPE in place on `x` `[nt][n_head * head_dim]` at `positions`.
-fn rope_in_place(node: &CNode, x: &mut [f32], positions: &[i32], m: &crate::graph::RoPEMeta, style: RopeStyle) -> Result<(), GraphError> {
+/// RoPE in place on `x` `[nt][n_head * head_dim]` at `positions`, with a table from `tables`
+/// where given (a graph's RoPE nodes) or a fresh one (a KV shift's one-off rotation).
+fn rope_in_place(
+    node: &CNode,
+    x: &mut [f32],
+    positions: &[i32],
+    (m, style): (&crate::graph::RoPEMeta, RopeStyle),
+    tables: Option<&kernels::RopeTables>,
+) -> Result<(), GraphError> {
     let mode = match style {
         RopeStyle::NonInterleaved => kernels::RopeMode::Neox,
         RopeStyle::Interleaved => kernels::RopeMode::Normal,
     };
     let spec = kernels::RopeSpec { mode, n_head: m.n_head, head_dim: m.head_dim, n_rot: m.n_rot, freq_base: m.freq_base };
-    kernels::rope_ext(x, positions, &spec).map_err(kernel(node))
+    match tables {
+        Some(t) => kernels::rope_ext_cached(x, positions, &spec, t),
+        None => kernels::rope_ext(x, positions, &spec),
+    }
+    .map_err(kernel(node))
 }
 
 /// Ops whose output is a function of the operand regions alone.
@@ -161,7 +175,7 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
         let NodeMeta::Rope(m) = &node.meta else { return Err(wrong_meta(node, "rope")) };
         let Some(Operand::Buf(pos)) = ins.get(1) else { return Err(count()) };
         let pos = i32s(node, pos)?;
-        return rope_in_place(node, f32s_mut(node, dst)?, pos, m, *style);
+        return rope_in_place(node, f32s_mut(node, dst)?, pos, (m, *style), Some(cx.rope));
     }
     // In-place SwiGLU (the fused output over its gate): row by row, no snapshot.
     if let (Op::SwiGLU, Some(Operand::Aliased), Some(Operand::Buf(up))) = (&node.op, ins.first(), ins.get(1)) {
@@ -245,7 +259,7 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
                 return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: out.len(), got: x.len() });
             }
             out.copy_from_slice(x);
-            rope_in_place(node, out, i32s(node, operand(1)?)?, m, *style)
+            rope_in_place(node, out, i32s(node, operand(1)?)?, (m, *style), Some(cx.rope))
         }
         _ => Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() }),
     }
@@ -388,7 +402,7 @@ pub fn kv_shift(node: &CNode, deltas: &[u8], kr: &mut [u8]) -> Result<(), GraphE
                 let rot = RopeCache::new(&[delta], m.rope.head_dim, m.rope.freq_base).map_err(kernel(node))?;
                 rot.apply(&mut plain, m.rope.n_head).map_err(kernel(node))?;
             }
-            (style, _) => rope_in_place(node, &mut plain, &[delta], &m.rope, style)?,
+            (style, _) => rope_in_place(node, &mut plain, &[delta], (&m.rope, style), None)?,
         }
         encode_row(t, hd, &plain, row).map_err(kernel(node))?;
     }

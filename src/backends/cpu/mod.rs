@@ -129,6 +129,8 @@ pub struct CpuBackend {
     packed: Vec<Option<Arc<PackedMatrix>>>,
     pool: Option<Arc<Pool>>,
     isa: Option<KernelIsa>,
+    /// RoPE tables shared by the rotations of a pass (see [`kernels::RopeTables`]).
+    rope: kernels::RopeTables,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -191,6 +193,7 @@ impl CpuBackend {
             packed: &self.packed,
             pool: self.pool.as_deref(),
             isa: self.isa.unwrap_or(KernelIsa::Detected),
+            rope: &self.rope,
         }
     }
 

@@ -24,6 +24,7 @@
 //! any batch.
 
 use super::error::{OpsError, check_len, rows_of};
+use super::isa::{Isa, Kernels};
 
 /// Which dimensions of a head form the rotated pairs (ggml's `mode` of `rope_ext`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,13 +183,34 @@ impl RopeCache {
     /// last `head_dim - n_rot` values of each head are left as they are.
     // [n_head*head_dim, nt] feature-major, token-major memory
     pub fn apply(&self, x: &mut [f32], n_head: usize) -> Result<(), OpsError> {
-        let hd = self.head_dim;
+        self.apply_with(Isa::detected(), x, n_head)
+    }
+
+    /// [`apply`](Self::apply) compiled for `isa` (or the best supported below it): with FMA
+    /// in the instruction set each `mul_add` is one instruction and the loop is vectorized;
+    /// without it, a call into the C library's `fmaf` per value. The same bits either way.
+    pub fn apply_with(&self, isa: Isa, x: &mut [f32], n_head: usize) -> Result<(), OpsError> {
         let nt = self.n_tokens();
-        let width = n_head * hd;
+        let width = n_head * self.head_dim;
         check_len("rope input", nt * width, x.len())?;
         if width == 0 {
             return Ok(());
         }
+        match isa.kernels() {
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx512(t) => t.rope_rows(self, x, width),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx2(t) => t.rope_rows(self, x, width),
+            _ => self.rotate_rows(x, width),
+        }
+        Ok(())
+    }
+
+    /// The rotation of every token row of `x` (`width` values each, checked by the caller).
+    /// Inlined into the ISA wrappers (`simd_x86`), which compile it with their features.
+    #[inline(always)]
+    pub(crate) fn rotate_rows(&self, x: &mut [f32], width: usize) {
+        let hd = self.head_dim;
         for (t, row) in x.chunks_exact_mut(width).enumerate() {
             let cs = self.token(t);
             for head in row.chunks_exact_mut(hd) {
@@ -199,7 +221,6 @@ impl RopeCache {
                 }
             }
         }
-        Ok(())
     }
 }
 
@@ -242,8 +263,67 @@ pub fn rope_ext(x: &mut [f32], positions: &[i32], spec: &RopeSpec) -> Result<(),
     RopeCache::with_spec(positions, spec)?.apply(x, spec.n_head)
 }
 
+/// How many position sets [`RopeTables`] keeps: a forward pass rotates Q and K of every
+/// layer at the same positions, with one layout and base (two bases for models that mix local
+/// and global layers).
+const RECENT_TABLES: usize = 4;
+
+/// The tables a backend built last ([`RECENT_TABLES`] of them, newest first), so the Q and K of
+/// every layer of a pass share one: a table costs `n_rot` calls of the C library's `cosf` and
+/// `sinf` per token (about 2 µs for a 64-wide head), and a decode step of the 0.5B rotates 48
+/// times at the same positions. A table depends only on its positions and [`RopeSpec`]'s
+/// layout, `head_dim`, `n_rot` and base, all of which are its key, so a hit gives the bits a
+/// fresh table would.
+#[derive(Debug, Default)]
+pub struct RopeTables {
+    recent: std::sync::Mutex<Vec<(TableKey, std::sync::Arc<RopeCache>)>>,
+}
+
+/// What a table is built from.
+#[derive(Debug, Clone, PartialEq)]
+struct TableKey {
+    positions: Vec<i32>,
+    mode: RopeMode,
+    head_dim: usize,
+    n_rot: usize,
+    freq_base_bits: u32,
+}
+
+impl RopeTables {
+    /// The table of `positions` under `spec` (built on a miss).
+    pub fn get(&self, positions: &[i32], spec: &RopeSpec) -> Result<std::sync::Arc<RopeCache>, OpsError> {
+        let key = |p: &[i32]| TableKey { positions: p.to_vec(), mode: spec.mode, head_dim: spec.head_dim, n_rot: spec.n_rot, freq_base_bits: spec.freq_base.to_bits() };
+        let hit = |k: &TableKey| {
+            k.positions == positions && k.mode == spec.mode && k.head_dim == spec.head_dim && k.n_rot == spec.n_rot && k.freq_base_bits == spec.freq_base.to_bits()
+        };
+        // A worker that panicked holding the lock left whole entries (they are inserted
+        // built): the list is still good to read.
+        let mut recent = self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = recent.iter().position(|(k, _)| hit(k)) {
+            let entry = recent.remove(i);
+            let table = entry.1.clone();
+            recent.insert(0, entry);
+            return Ok(table);
+        }
+        let table = std::sync::Arc::new(RopeCache::with_spec(positions, spec)?);
+        recent.insert(0, (key(positions), table.clone()));
+        recent.truncate(RECENT_TABLES);
+        Ok(table)
+    }
+}
+
+/// [`rope_ext`] with the table from `tables` (shared with the other rotations at the same
+/// positions): the same bits.
+// [n_head*head_dim, nt] feature-major, token-major memory
+pub fn rope_ext_cached(x: &mut [f32], positions: &[i32], spec: &RopeSpec, tables: &RopeTables) -> Result<(), OpsError> {
+    spec.check()?;
+    rows_of("rope input (rows of n_head*head_dim)", x.len(), spec.n_head * spec.head_dim)?;
+    tables.get(positions, spec)?.apply(x, spec.n_head)
+}
+
 /// The rotated part of one head: `(x[i], x[i+h]) <- (x[i] cos - x[i+h] sin, x[i] sin + x[i+h] cos)`, `h` = half,
 /// each as ggml's `rotate_pairs` compiles under GCC's `-ffp-contract=fast` (see `rot`).
+#[inline(always)]
 fn rotate_neox(head: &mut [f32], cs: &[[f32; 2]]) {
     let half = head.len() / 2;
     let (lo, hi) = head.split_at_mut(half);
@@ -258,6 +338,7 @@ fn rotate_neox(head: &mut [f32], cs: &[[f32; 2]]) {
 /// The rotated part of one head, normal layout: `(x[2i], x[2i+1])` rotated by pair `i`'s
 /// (cos, sin), with the same contraction as [`rotate_neox`] (ggml's `rotate_pairs` with
 /// `n_offset` 1).
+#[inline(always)]
 fn rotate_normal(head: &mut [f32], cs: &[[f32; 2]]) {
     for (pair, &[c, s]) in head.chunks_exact_mut(2).zip(cs) {
         let (y0, y1) = rot(pair[0], pair[1], c, s);
@@ -398,6 +479,78 @@ mod tests {
             assert_eq!(pair[0].to_bits(), theta.cos().to_bits());
             assert_eq!(pair[1].to_bits(), theta.sin().to_bits());
             theta *= ts;
+        }
+    }
+
+    /// Every (cos, sin) pair's bits of `t`, token by token.
+    fn bits(t: &RopeCache) -> Vec<[u32; 2]> {
+        (0..t.n_tokens()).flat_map(|i| t.token(i).iter().map(|[c, s]| [c.to_bits(), s.to_bits()]).collect::<Vec<_>>()).collect()
+    }
+
+    #[test]
+    fn shared_tables_are_keyed_by_everything_they_are_built_from() {
+        let tables = RopeTables::default();
+        let spec = RopeSpec::neox(2, 8, 10000.0);
+        let (p, q) = ([3, 4, 5, 6], [3, 4, 5, 7]);
+        let first = tables.get(&p, &spec).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&first, &tables.get(&p, &spec).unwrap()), "same positions and spec share a table");
+        // Any change of what a table is built from gets its own, equal to a fresh build.
+        let variants = [
+            (q.as_slice(), spec),
+            (&p[..3], spec),
+            (p.as_slice(), RopeSpec { freq_base: 1e6, ..spec }),
+            (p.as_slice(), RopeSpec { n_rot: 4, ..spec }),
+            (p.as_slice(), RopeSpec { mode: RopeMode::Normal, ..spec }),
+            (p.as_slice(), RopeSpec { head_dim: 16, n_rot: 16, ..spec }),
+        ];
+        for (pos, sp) in variants {
+            let got = tables.get(pos, &sp).unwrap();
+            assert!(!std::sync::Arc::ptr_eq(&first, &got), "{pos:?} {sp:?}");
+            let fresh = RopeCache::with_spec(pos, &sp).unwrap();
+            assert_eq!((got.mode(), got.head_dim(), got.n_rot()), (fresh.mode(), fresh.head_dim(), fresh.n_rot()));
+            assert_eq!(bits(&got), bits(&fresh), "{pos:?} {sp:?}");
+        }
+        // Only the newest RECENT_TABLES are kept; an evicted table is built again, the same.
+        let again = tables.get(&p, &spec).unwrap();
+        assert!(!std::sync::Arc::ptr_eq(&first, &again));
+        assert_eq!(bits(&first), bits(&again));
+        assert!(tables.get(&[-1], &spec).is_ok(), "RopeCache takes any position; rope_ext checks the rows");
+        assert!(matches!(tables.get(&p, &RopeSpec { n_rot: 3, ..spec }), Err(OpsError::BadDim { what: "n_rot", .. })));
+    }
+
+    #[test]
+    fn cached_rotation_is_rope_ext() {
+        let tables = RopeTables::default();
+        for (mode, n_rot) in [(RopeMode::Neox, 64), (RopeMode::Normal, 64), (RopeMode::Neox, 32)] {
+            let spec = RopeSpec { mode, n_head: 3, head_dim: 64, n_rot, freq_base: 1e6 };
+            let positions = [0, 17, 4095];
+            let x: Vec<f32> = (0..3 * 3 * 64).map(|i| ((i * 7919) % 1000) as f32 / 250.0 - 2.0).collect();
+            let (mut a, mut b) = (x.clone(), x.clone());
+            rope_ext(&mut a, &positions, &spec).unwrap();
+            for _ in 0..2 {
+                b.copy_from_slice(&x);
+                rope_ext_cached(&mut b, &positions, &spec, &tables).unwrap();
+                assert!(a.iter().zip(&b).all(|(u, v)| u.to_bits() == v.to_bits()), "{mode:?} {n_rot}");
+            }
+            assert!(rope_ext_cached(&mut b[..64], &positions, &spec, &tables).is_err(), "rows that do not match the positions");
+        }
+    }
+
+    /// The FMA-compiled rotations (AVX2, AVX-512) equal the scalar one (`fmaf` per value) bit
+    /// for bit, both layouts, whole and partial heads.
+    #[test]
+    fn every_isa_rotates_as_the_scalar_twin() {
+        for (mode, head_dim, n_rot) in [(RopeMode::Neox, 64, 64), (RopeMode::Normal, 64, 64), (RopeMode::Neox, 128, 32), (RopeMode::Normal, 80, 40), (RopeMode::Neox, 6, 6)] {
+            let positions = [0, 1, 77, 4095, 131071];
+            let table = RopeCache::with_spec(&positions, &RopeSpec { mode, n_head: 3, head_dim, n_rot, freq_base: 1e6 }).unwrap();
+            let x: Vec<f32> = (0..positions.len() * 3 * head_dim).map(|i| ((i * 7919) % 2000) as f32 / 400.0 - 2.5).collect();
+            let mut want = x.clone();
+            table.apply_with(Isa::Scalar, &mut want, 3).unwrap();
+            for isa in Isa::supported() {
+                let mut got = x.clone();
+                table.apply_with(isa, &mut got, 3).unwrap();
+                assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "{mode:?} {head_dim} {n_rot} {isa:?}");
+            }
         }
     }
 }

@@ -18,6 +18,7 @@ use std::arch::x86_64::*;
 
 use super::dot::{DOT_STEP, leftover};
 use super::expf::{C1, C2, C3, C4, C5, LN2_HI, LN2_LO, LOG2E, N_LIMIT, ROUND};
+use super::rope::RopeCache;
 
 /// Proof that this CPU has AVX2 and FMA.
 #[derive(Clone, Copy, Debug)]
@@ -74,6 +75,12 @@ impl Avx2 {
     ) {
         // SAFETY: as in `silu_blocks`.
         unsafe { avx2::fma_rows(acc, hd, probs, rows, stride) }
+    }
+
+    /// [`RopeCache::rotate_rows`] compiled with FMA (one `vfmadd` per `mul_add`, vectorized).
+    pub(crate) fn rope_rows(self, table: &RopeCache, x: &mut [f32], width: usize) {
+        // SAFETY: as in `silu_blocks`.
+        unsafe { avx2::rope_rows(table, x, width) }
     }
 }
 
@@ -136,6 +143,12 @@ impl Avx512 {
         // SAFETY: as in `silu_blocks`.
         unsafe { avx512::fma_rows(acc, hd, probs, rows, stride) }
     }
+
+    /// [`RopeCache::rotate_rows`] compiled with AVX-512 and FMA.
+    pub(crate) fn rope_rows(self, table: &RopeCache, x: &mut [f32], width: usize) {
+        // SAFETY: as in `silu_blocks`.
+        unsafe { avx512::rope_rows(table, x, width) }
+    }
 }
 
 /// `_mm512_reduce_add_ps` as GCC writes it, on a 16-lane value held as two halves.
@@ -150,6 +163,11 @@ fn reduce16(lo: __m256, hi: __m256) -> f32 {
 
 mod avx512 {
     use super::*;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+    pub(super) fn rope_rows(table: &RopeCache, x: &mut [f32], width: usize) {
+        table.rotate_rows(x, width);
+    }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
     pub(super) fn dot_rows(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
@@ -348,6 +366,11 @@ mod avx512 {
 
 mod avx2 {
     use super::*;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn rope_rows(table: &RopeCache, x: &mut [f32], width: usize) {
+        table.rotate_rows(x, width);
+    }
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn dot_rows(q: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
