@@ -140,6 +140,58 @@ pub(crate) struct SlotSum<'a> {
     pub from: usize,
 }
 
+/// The reduction of ggml_vec_dot_f32 applied to `head_dim` dot products at once: slot `s`
+/// (`s < 64`; absent slots are +0, what an accumulator lane holds when no cell reached it)
+/// is lane `s % 16` of accumulator `s / 16`; the accumulators combine as
+/// `(a0 + a2) + (a1 + a3)`, then the 16 lanes by the `_mm512_reduce_add_ps` tree. Every step
+/// is an element-wise sum of rows, the same additions per output dim as ggml's.
+pub(crate) fn reduce_slots(acc: &[f32], hd: usize, out: &mut [f32]) {
+    let zero = vec![0.0f32; hd];
+    let slot = |s: usize| acc.get(s * hd..(s + 1) * hd).unwrap_or(&zero);
+    let mut lanes = vec![0.0f32; 16 * hd];
+    for (l, lane) in lanes.chunks_exact_mut(hd).enumerate() {
+        let (a0, a1, a2, a3) = (slot(l), slot(16 + l), slot(32 + l), slot(48 + l));
+        for d in 0..hd {
+            lane[d] = (a0[d] + a2[d]) + (a1[d] + a3[d]);
+        }
+    }
+    // 16 -> 8 -> 4 -> 2 lanes: lane l += lane l + half, in place (IEEE addition commutes, so
+    // GCC's `high + low` is the same sum).
+    for half in [8, 4, 2] {
+        let (lo, hi) = lanes.split_at_mut(half * hd);
+        for (x, y) in lo.iter_mut().zip(&hi[..half * hd]) {
+            *x += *y;
+        }
+    }
+    for ((o, x), y) in out.iter_mut().zip(&lanes[..hd]).zip(&lanes[hd..2 * hd]) {
+        *o = x + y;
+    }
+}
+
+/// The V sums of queries over the same cells, each reduced into its `hd` values of `out`
+/// (`[query][hd]`): `probs[q][i]` weights row `i` of `rows` (`rows[i*stride..][..hd]`, the
+/// first row a multiple of 64 cells into the region, so row `i` goes to slot `i % 64`), every
+/// `probs[q]` as long as the first. What [`fma_rows_k`] from zeroed slots then
+/// [`reduce_slots`] give, bit for bit, without the slot rows in memory. `false`, writing
+/// nothing, where the ISA has no such kernel (AVX-512 has, for `hd` a multiple of 16) or the
+/// lengths differ.
+pub(crate) fn v_sums_reduced_k(k: Kernels, hd: usize, probs: &[&[f32]], rows: &[f32], stride: usize, out: &mut [f32]) -> bool {
+    let n = probs.first().map_or(0, |p| p.len());
+    if probs.iter().any(|p| p.len() != n) || out.len() < probs.len() * hd {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Kernels::Avx512(t) = k
+        && hd > 0
+        && hd.is_multiple_of(16)
+    {
+        t.v_sums_reduced(hd, probs, rows, stride, out);
+        return true;
+    }
+    let _ = (k, rows, stride);
+    false
+}
+
 /// [`fma_rows_k`] for several queries over the same rows, restricted to `cells` (its start a
 /// multiple of 64): for each query and each of its cells `j` in `cells`,
 /// `acc[j % 64] = fma(probs[j - from], row j, acc[j % 64])`, row `j` being
@@ -305,5 +357,52 @@ mod tests {
         x8[64] = 1.0 + f32::EPSILON;
         y8[64] = 1.0 - f32::EPSILON;
         assert_eq!(dot_f32_with(Isa::Scalar, &x8, &y8), 0.0);
+    }
+
+    /// The reduced V sums (AVX-512: slots in registers, reduced in the same pass, up to 8
+    /// queries per pass) equal the scalar slot rows filled by [`fma_rows_k`] and reduced by
+    /// [`reduce_slots`], bit for bit: 1 to 700 cells (slots reached or not, partial blocks of
+    /// 16 and 64), 1 to 11 queries, heads of 16, 64, 80 and 128 values.
+    #[test]
+    fn reduced_v_sums_match_the_slot_rows_bitwise() {
+        for hd in [16usize, 64, 80, 128] {
+            let stride = 2 * hd + 16;
+            let rows = data(700 * stride, 5);
+            for n in [1usize, 15, 16, 17, 63, 64, 65, 160, 255, 256, 300, 700] {
+                for n_queries in [1usize, 7, 11] {
+                    let probs: Vec<Vec<f32>> = (0..n_queries).map(|q| data(n, 20 + (n * 16 + q) as u32)).collect();
+                    let want: Vec<f32> = probs
+                        .iter()
+                        .flat_map(|p| {
+                            let mut acc = vec![0.0f32; DOT_STEP * hd];
+                            fma_rows_k(Kernels::Scalar, &mut acc, hd, p, &rows, stride);
+                            let mut o = vec![0.0f32; hd];
+                            reduce_slots(&acc, hd, &mut o);
+                            o
+                        })
+                        .collect();
+                    let refs: Vec<&[f32]> = probs.iter().map(Vec::as_slice).collect();
+                    let mut ran = false;
+                    for isa in Isa::supported() {
+                        let mut got = vec![f32::NAN; want.len()];
+                        if v_sums_reduced_k(isa.kernels(), hd, &refs, &rows, stride, &mut got) {
+                            ran = true;
+                            for (q, (g, w)) in got.chunks_exact(hd).zip(want.chunks_exact(hd)).enumerate() {
+                                let same = g.iter().zip(w).all(|(g, w)| g.to_bits() == w.to_bits());
+                                assert!(same, "hd {hd} {isa:?} {n} cells: query {q} of {n_queries} differs");
+                            }
+                        } else {
+                            assert!(got.iter().all(|x| x.is_nan()), "{isa:?} declined but wrote");
+                        }
+                    }
+                    assert_eq!(ran, Isa::supported().iter().any(|i| matches!(i.kernels(), Kernels::Avx512(_))));
+                }
+            }
+        }
+        let (a, b) = (data(5, 1), data(6, 2));
+        let mut out = [0.0f32; 64];
+        let rows = data(6 * 16, 3);
+        assert!(!v_sums_reduced_k(Isa::detected().kernels(), 16, &[&a, &b], &rows, 16, &mut out), "queries over different cells");
+        assert!(!v_sums_reduced_k(Isa::detected().kernels(), 40, &[&a], &rows, 40, &mut out), "40-wide heads keep the slot rows");
     }
 }

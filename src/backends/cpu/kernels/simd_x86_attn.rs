@@ -11,6 +11,12 @@
 //! * [`fma_group`]: the V sum of up to [`GROUP`] queries over the same cells: each V row is
 //!   loaded once and added, by FMA, into every query's slot `cell % 64`, the cells of a slot in
 //!   increasing order, as `fma_rows` does one query at a time.
+//! * [`v_sums_reduced`]: the V sums of up to [`REDUCED_GROUP`] queries over the same cells (a
+//!   decode token's heads), reduced in the same pass: each slot is summed in registers, the
+//!   four slots `l`, `16 + l`, `32 + l`, `48 + l` of each lane `l` combined as soon as they are
+//!   done, so the 64 slot rows (`64 * head_dim` values a query) are never zeroed, written or
+//!   read back. The FMAs of each slot and the additions of the reduction are those of
+//!   `fma_rows` and `reduce_slots`.
 
 use std::arch::x86_64::*;
 
@@ -27,6 +33,28 @@ impl Avx512 {
     pub(crate) fn scores16(self, q: &[f32], rows: &[f32], stride: usize, out: &mut [f32; 16]) {
         // SAFETY: an `Avx512` token exists only when all its features were detected.
         unsafe { scores16(q, rows, stride, out) }
+    }
+
+    /// The V sums of queries over the same cells (`probs[q][i]` weights row `i` of `rows`,
+    /// every `probs[q]` equally long), each reduced into its `hd` values of `out`
+    /// (`[query][hd]`), `hd` a multiple of 16: [`fma_rows_k`](super::dot::fma_rows_k) from
+    /// zeroed slots, then [`reduce_slots`](super::dot::reduce_slots), bit for bit.
+    pub(crate) fn v_sums_reduced(self, hd: usize, probs: &[&[f32]], rows: &[f32], stride: usize, out: &mut [f32]) {
+        for (batch, out) in probs.chunks(REDUCED_GROUP).zip(out.chunks_mut(REDUCED_GROUP * hd)) {
+            // SAFETY: as in `scores16`.
+            unsafe {
+                match batch.len() {
+                    1 => v_sums_reduced::<1>(hd, batch, rows, stride, out),
+                    2 => v_sums_reduced::<2>(hd, batch, rows, stride, out),
+                    3 => v_sums_reduced::<3>(hd, batch, rows, stride, out),
+                    4 => v_sums_reduced::<4>(hd, batch, rows, stride, out),
+                    5 => v_sums_reduced::<5>(hd, batch, rows, stride, out),
+                    6 => v_sums_reduced::<6>(hd, batch, rows, stride, out),
+                    7 => v_sums_reduced::<7>(hd, batch, rows, stride, out),
+                    _ => v_sums_reduced::<8>(hd, batch, rows, stride, out),
+                }
+            }
+        }
     }
 
     /// [`fma_rows_group_k`](super::dot::fma_rows_group_k) for `hd` a multiple of 64.
@@ -209,6 +237,62 @@ fn fma_group<const R: usize>(
                     unsafe { _mm512_storeu_ps(p.add(16 * m), *a) };
                 }
             }
+        }
+    }
+}
+
+/// Queries one pass of [`v_sums_reduced`] serves (a decode token's heads of one KV head:
+/// 7 for Qwen2.5-0.5B), each V row loaded once for all of them.
+pub(crate) const REDUCED_GROUP: usize = 8;
+
+/// [`Avx512::v_sums_reduced`] for `R` queries over the same cells (`probs[r][i]` weights row
+/// `i` of `rows`, every `probs[r]` `n` long), 16 output dims at a time, slot by slot: slot `s`
+/// takes rows `s`, `s + 64`, … in increasing order into a register per query (a slot no cell
+/// reaches stays +0, as a zeroed slot row does). The four slots `l`, `16 + l`, `32 + l`,
+/// `48 + l` of lane `l` are combined as `(s0 + s2) + (s1 + s3)` as soon as they are done, and
+/// the 16 lane values then add as `reduce_slots` adds them (`l += l + 8`, `+ 4`, `+ 2`, then
+/// lane 0 + lane 1). A slot's rows are 64 apart, so a pass touches few rows per L1 set.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
+fn v_sums_reduced<const R: usize>(hd: usize, probs: &[&[f32]], rows: &[f32], stride: usize, out: &mut [f32]) {
+    let n = probs.first().map_or(0, |p| p.len());
+    debug_assert!(probs.len() == R && probs.iter().all(|p| p.len() == n));
+    debug_assert!(hd.is_multiple_of(16) && out.len() >= R * hd);
+    let probs: [&[f32]; R] = std::array::from_fn(|r| &probs[r][..n]);
+    for piece in (0..hd).step_by(16) {
+        // Slot `s`'s sums of the 16 dims from `piece` on, one register per query.
+        let slot = |s: usize| -> [__m512; R] {
+            let mut acc = [_mm512_setzero_ps(); R];
+            let mut j = s;
+            while j < n {
+                let row = &rows[j * stride + piece..][..16];
+                // SAFETY: `row` holds 16 f32.
+                let v = unsafe { _mm512_loadu_ps(row.as_ptr()) };
+                for (a, p) in acc.iter_mut().zip(&probs) {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), v, *a);
+                }
+                j += 64;
+            }
+            acc
+        };
+        let mut lanes = [[_mm512_setzero_ps(); R]; 16];
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let (s0, s2) = (slot(l), slot(32 + l));
+            let t: [__m512; R] = std::array::from_fn(|r| _mm512_add_ps(s0[r], s2[r]));
+            let (s1, s3) = (slot(16 + l), slot(48 + l));
+            *lane = std::array::from_fn(|r| _mm512_add_ps(t[r], _mm512_add_ps(s1[r], s3[r])));
+        }
+        for half in [8, 4, 2] {
+            let (lo, hi) = lanes.split_at_mut(half);
+            for (a, b) in lo.iter_mut().zip(hi.iter()) {
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x = _mm512_add_ps(*x, *y);
+                }
+            }
+        }
+        for r in 0..R {
+            let o = &mut out[r * hd + piece..][..16];
+            // SAFETY: `o` holds 16 f32.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_add_ps(lanes[0][r], lanes[1][r])) };
         }
     }
 }
