@@ -162,6 +162,28 @@ fn sliding_window_against_naive_f64() {
     }
 }
 
+/// A window of 0 (refused by the graph builder, but not by the kernel) at a position whose span
+/// would start a 64-cell block leaves every query an empty probability row: each result is
+/// still written, +0 (no cell reaches a slot), on every ISA, whatever `out` held.
+#[test]
+fn an_empty_window_writes_zeros() {
+    let pool = Pool::new(2).unwrap();
+    for g in &GEOS {
+        let n_ctx = 200;
+        let w = g.nkv * g.hd;
+        let (kc, vc) = (rng(8, n_ctx * w, 1.5), rng(9, n_ctx * w, 1.5));
+        for positions in [[63], [127]] {
+            let q = rng(10, g.nh * g.hd, 1.5);
+            let a = AttnArgs { window: Some(0), ..args(g, &q, &kc, &vc, &positions) };
+            for isa in kernels::Isa::supported() {
+                let mut out = vec![f32::NAN; q.len()];
+                kernels::attention_with(isa, &pool, &a, &mut out).unwrap();
+                assert!(out.iter().all(|x| x.to_bits() == 0), "hd {} position {positions:?} {isa:?}", g.hd);
+            }
+        }
+    }
+}
+
 #[test]
 fn prefill_of_9_equals_9_decode_steps_bitwise() {
     let pool = Pool::new(2).unwrap();

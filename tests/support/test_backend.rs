@@ -607,7 +607,7 @@ impl TestBackend {
                 disjoint_from_kv(&pair, &[deltas])?;
                 let deltas = self.download(deltas)?;
                 let mut kr = self.download(pair.k)?;
-                exec::kv_shift(node, deltas.bytes(), kr.bytes_mut())?;
+                exec::kv_shift(node, self.isa.isa(), deltas.bytes(), kr.bytes_mut())?;
                 self.upload(pair.k, kr.bytes())
             }
             Op::Attn => {

@@ -145,14 +145,15 @@ pub fn rope_supported(node: &CNode) -> bool {
     }
 }
 
-/// RoPE in place on `x` `[nt][n_head * head_dim]` at `positions`, with a table from `tables`
-/// where given (a graph's RoPE nodes) or a fresh one (a KV shift's one-off rotation).
+/// RoPE in place on `x` `[nt][n_head * head_dim]` at `positions` with the kernels of `isa`, a
+/// table from `tables` where given (a graph's RoPE nodes) or a fresh one (a KV shift's one-off
+/// rotation).
 fn rope_in_place(
     node: &CNode,
     x: &mut [f32],
     positions: &[i32],
     (m, style): (&crate::graph::RoPEMeta, RopeStyle),
-    tables: Option<&kernels::RopeTables>,
+    (tables, isa): (Option<&kernels::RopeTables>, Isa),
 ) -> Result<(), GraphError> {
     let mode = match style {
         RopeStyle::NonInterleaved => kernels::RopeMode::Neox,
@@ -160,8 +161,8 @@ fn rope_in_place(
     };
     let spec = kernels::RopeSpec { mode, n_head: m.n_head, head_dim: m.head_dim, n_rot: m.n_rot, freq_base: m.freq_base };
     match tables {
-        Some(t) => kernels::rope_ext_cached(x, positions, &spec, t),
-        None => kernels::rope_ext(x, positions, &spec),
+        Some(t) => kernels::rope_ext_cached(isa, x, positions, &spec, t),
+        None => kernels::rope_ext_with(isa, x, positions, &spec),
     }
     .map_err(kernel(node))
 }
@@ -175,7 +176,7 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
         let NodeMeta::Rope(m) = &node.meta else { return Err(wrong_meta(node, "rope")) };
         let Some(Operand::Buf(pos)) = ins.get(1) else { return Err(count()) };
         let pos = i32s(node, pos)?;
-        return rope_in_place(node, f32s_mut(node, dst)?, pos, (m, *style), Some(cx.rope));
+        return rope_in_place(node, f32s_mut(node, dst)?, pos, (m, *style), (Some(cx.rope), cx.isa.isa()));
     }
     // In-place SwiGLU (the fused output over its gate): row by row, no snapshot.
     if let (Op::SwiGLU, Some(Operand::Aliased), Some(Operand::Buf(up))) = (&node.op, ins.first(), ins.get(1)) {
@@ -259,7 +260,7 @@ pub fn run(node: &CNode, cx: &KernelCtx, ins: &[Operand], dst: &mut [u8]) -> Res
                 return Err(GraphError::OperandLength { node: node.name.clone(), operand: 0, expected: out.len(), got: x.len() });
             }
             out.copy_from_slice(x);
-            rope_in_place(node, out, i32s(node, operand(1)?)?, (m, *style), Some(cx.rope))
+            rope_in_place(node, out, i32s(node, operand(1)?)?, (m, *style), (Some(cx.rope), cx.isa.isa()))
         }
         _ => Err(GraphError::NoKernel { node: node.name.clone(), op: node.op.clone() }),
     }
@@ -384,7 +385,7 @@ pub fn kv_store(node: &CNode, (k, v, pos): (&[u8], &[u8], &[u8]), (kr, vr): (&mu
 
 /// K-shift: src = [deltas]; every cell with a non-zero delta has its K row decoded, rotated by
 /// the delta and encoded again (rotations compose: position `p` becomes `p + delta`).
-pub fn kv_shift(node: &CNode, deltas: &[u8], kr: &mut [u8]) -> Result<(), GraphError> {
+pub fn kv_shift(node: &CNode, isa: Isa, deltas: &[u8], kr: &mut [u8]) -> Result<(), GraphError> {
     let NodeMeta::KvShift(m) = &node.meta else { return Err(wrong_meta(node, "kv_shift")) };
     let deltas = i32s(node, deltas)?;
     let (t, width, hd) = (m.kv.kv_type, m.kv.n_embd_kv, m.kv.head_dim);
@@ -402,7 +403,7 @@ pub fn kv_shift(node: &CNode, deltas: &[u8], kr: &mut [u8]) -> Result<(), GraphE
                 let rot = RopeCache::new(&[delta], m.rope.head_dim, m.rope.freq_base).map_err(kernel(node))?;
                 rot.apply(&mut plain, m.rope.n_head).map_err(kernel(node))?;
             }
-            (style, _) => rope_in_place(node, &mut plain, &[delta], (&m.rope, style), None)?,
+            (style, _) => rope_in_place(node, &mut plain, &[delta], (&m.rope, style), (None, isa))?,
         }
         encode_row(t, hd, &plain, row).map_err(kernel(node))?;
     }

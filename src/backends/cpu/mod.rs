@@ -316,8 +316,8 @@ impl CpuBackend {
             Op::KvShift { .. } => {
                 let pair = kv()?;
                 let deltas = *w.srcs.first().ok_or(GraphError::OperandCount { node: node.name.clone(), expected: 1, got: 0 })?;
-                self.with_regions(node, pair.k, &[deltas], |_, dst, ops| match ops {
-                    [Operand::Buf(d)] => exec::kv_shift(node, d, dst),
+                self.with_regions(node, pair.k, &[deltas], |cx, dst, ops| match ops {
+                    [Operand::Buf(d)] => exec::kv_shift(node, cx.isa.isa(), d, dst),
                     _ => Err(GraphError::KvAliased { node: node.name.clone() }),
                 })
             }

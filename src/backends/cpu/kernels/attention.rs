@@ -373,7 +373,9 @@ fn tile(
     // A decode token's heads (one span for every query): each query's slots summed and
     // reduced in registers, straight into `out`.
     if end - start <= REDUCED_MAX_CELLS && queries.iter().all(|qr| (qr.base, qr.n) == (start, end)) {
-        let probs: Vec<&[f32]> = scratch.rows.chunks_exact(row_cap.max(1)).map(|row| &row[..end - start]).collect();
+        // By index: with no cell attended (a window of 0 at a multiple of 64) the rows are
+        // empty, and every query still gets its (zero) result.
+        let probs: Vec<&[f32]> = (0..nq).map(|i| &scratch.rows[i * row_cap..][..end - start]).collect();
         if v_sums_reduced_k(k, hd, &probs, &v_rows[start * g.kv_width..], g.kv_width, out) {
             return;
         }

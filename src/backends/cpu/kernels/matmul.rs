@@ -301,8 +301,10 @@ fn matmul_with(
 /// the pool, which [`quantize_tokens`] would do before every matrix of the step.
 const SERIAL_QUANT_VALUES: usize = 1 << 15;
 
-/// Each token's row of `x` (`[tokens][cols]`) as `ty`'s activation type, quantized in parallel
-/// over tokens (each row by one worker, so the result does not depend on the thread count).
+/// Each token's row of `x` (`[tokens][cols]`) as `ty`'s activation type: on the calling thread
+/// up to [`SERIAL_QUANT_VALUES`] values, in parallel over tokens past that (each row by one
+/// worker with the same code either way, so the result depends on neither the thread count nor
+/// the path).
 fn quantize_tokens(
     pool: &Pool,
     kernels: Kernels,

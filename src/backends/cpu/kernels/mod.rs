@@ -46,7 +46,7 @@ pub use get_rows::{get_rows, select_rows};
 pub use isa::Isa;
 pub use norm::{qk_norm, qk_norm_inplace, rms_norm, rms_norm_inplace};
 pub use crate::workers::{Pool, PoolError};
-pub use rope::{RopeCache, RopeMode, RopeSpec, RopeTables, rope_ext, rope_ext_cached, rope_neox};
+pub use rope::{RopeCache, RopeMode, RopeSpec, RopeTables, rope_ext, rope_ext_cached, rope_ext_with, rope_neox};
 pub use softmax::{soft_max, soft_max_row, soft_max_row_with, soft_max_with};
 
 /// Test data for the kernels' unit tests: `n` values uniform in [-scale, scale) from a

@@ -254,13 +254,19 @@ pub fn rope_neox(
 /// bit.
 // [n_head*head_dim, nt] feature-major, token-major memory
 pub fn rope_ext(x: &mut [f32], positions: &[i32], spec: &RopeSpec) -> Result<(), OpsError> {
+    rope_ext_with(Isa::detected(), x, positions, spec)
+}
+
+/// [`rope_ext`] compiled for `isa` (see [`RopeCache::apply_with`]): the same bits.
+// [n_head*head_dim, nt] feature-major, token-major memory
+pub fn rope_ext_with(isa: Isa, x: &mut [f32], positions: &[i32], spec: &RopeSpec) -> Result<(), OpsError> {
     spec.check()?;
     rows_of(
         "rope input (rows of n_head*head_dim)",
         x.len(),
         spec.n_head * spec.head_dim,
     )?;
-    RopeCache::with_spec(positions, spec)?.apply(x, spec.n_head)
+    RopeCache::with_spec(positions, spec)?.apply_with(isa, x, spec.n_head)
 }
 
 /// How many position sets [`RopeTables`] keeps: a forward pass rotates Q and K of every
@@ -312,13 +318,13 @@ impl RopeTables {
     }
 }
 
-/// [`rope_ext`] with the table from `tables` (shared with the other rotations at the same
-/// positions): the same bits.
+/// [`rope_ext_with`] with the table from `tables` (shared with the other rotations at the
+/// same positions): the same bits.
 // [n_head*head_dim, nt] feature-major, token-major memory
-pub fn rope_ext_cached(x: &mut [f32], positions: &[i32], spec: &RopeSpec, tables: &RopeTables) -> Result<(), OpsError> {
+pub fn rope_ext_cached(isa: Isa, x: &mut [f32], positions: &[i32], spec: &RopeSpec, tables: &RopeTables) -> Result<(), OpsError> {
     spec.check()?;
     rows_of("rope input (rows of n_head*head_dim)", x.len(), spec.n_head * spec.head_dim)?;
-    tables.get(positions, spec)?.apply(x, spec.n_head)
+    tables.get(positions, spec)?.apply_with(isa, x, spec.n_head)
 }
 
 /// The rotated part of one head: `(x[i], x[i+h]) <- (x[i] cos - x[i+h] sin, x[i] sin + x[i+h] cos)`, `h` = half,
@@ -529,10 +535,10 @@ mod tests {
             rope_ext(&mut a, &positions, &spec).unwrap();
             for _ in 0..2 {
                 b.copy_from_slice(&x);
-                rope_ext_cached(&mut b, &positions, &spec, &tables).unwrap();
+                rope_ext_cached(Isa::detected(), &mut b, &positions, &spec, &tables).unwrap();
                 assert!(a.iter().zip(&b).all(|(u, v)| u.to_bits() == v.to_bits()), "{mode:?} {n_rot}");
             }
-            assert!(rope_ext_cached(&mut b[..64], &positions, &spec, &tables).is_err(), "rows that do not match the positions");
+            assert!(rope_ext_cached(Isa::detected(), &mut b[..64], &positions, &spec, &tables).is_err(), "rows that do not match the positions");
         }
     }
 

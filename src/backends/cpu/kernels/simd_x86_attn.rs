@@ -40,6 +40,8 @@ impl Avx512 {
     /// (`[query][hd]`), `hd` a multiple of 16: [`fma_rows_k`](super::dot::fma_rows_k) from
     /// zeroed slots, then [`reduce_slots`](super::dot::reduce_slots), bit for bit.
     pub(crate) fn v_sums_reduced(self, hd: usize, probs: &[&[f32]], rows: &[f32], stride: usize, out: &mut [f32]) {
+        // The kernel writes whole 16-value pieces of each query's `hd`.
+        assert!(hd.is_multiple_of(16), "v_sums_reduced: head size {hd} is not a multiple of 16");
         for (batch, out) in probs.chunks(REDUCED_GROUP).zip(out.chunks_mut(REDUCED_GROUP * hd)) {
             // SAFETY: as in `scores16`.
             unsafe {
@@ -251,7 +253,8 @@ pub(crate) const REDUCED_GROUP: usize = 8;
 /// reaches stays +0, as a zeroed slot row does). The four slots `l`, `16 + l`, `32 + l`,
 /// `48 + l` of lane `l` are combined as `(s0 + s2) + (s1 + s3)` as soon as they are done, and
 /// the 16 lane values then add as `reduce_slots` adds them (`l += l + 8`, `+ 4`, `+ 2`, then
-/// lane 0 + lane 1). A slot's rows are 64 apart, so a pass touches few rows per L1 set.
+/// lane 0 + lane 1). A slot's rows are 64 apart (32 KiB with the 0.5B's 512-byte rows, so
+/// one L1 set holds them all), which is where the chunked slot rows win from about 2000 cells.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")]
 fn v_sums_reduced<const R: usize>(hd: usize, probs: &[&[f32]], rows: &[f32], stride: usize, out: &mut [f32]) {
     let n = probs.first().map_or(0, |p| p.len());
