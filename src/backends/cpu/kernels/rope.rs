@@ -24,7 +24,9 @@
 //! any batch.
 
 use super::error::{OpsError, check_len, rows_of};
-use super::isa::{Isa, Kernels};
+use super::isa::Isa;
+#[cfg(target_arch = "x86_64")]
+use super::isa::Kernels;
 
 /// Which dimensions of a head form the rotated pairs (ggml's `mode` of `rope_ext`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
