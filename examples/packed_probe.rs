@@ -12,7 +12,7 @@
 //! `cargo run --release --example packed_probe -- [TYPE ROWS COLS THREADS MIB TOKENS]` (default
 //! q4_k 8960 1536 1 256 1: the 1.5B's `ffn_gate`, copies of it totalling MIB, 1 keeping one copy
 //! in cache; TOKENS > 1 times a batched decode's product, where both ways run the few-token
-//! kernels). TYPE is q4_k, q5_0 or q8_0. Rounds alternate the two; the medians are printed with
+//! kernels). TYPE is q4_k, q6_k, q5_0 or q8_0. Rounds alternate the two; the medians are printed with
 //! the rate at which each reads its own bytes (compare `examples/read_bandwidth.rs`).
 
 use std::time::Instant;
@@ -39,7 +39,8 @@ fn main() {
         "q4_k" => GgmlType::Q4K,
         "q5_0" => GgmlType::Q5_0,
         "q8_0" => GgmlType::Q8_0,
-        other => panic!("TYPE must be q4_k, q5_0 or q8_0, not {other}"),
+        "q6_k" => GgmlType::Q6K,
+        other => panic!("TYPE must be q4_k, q6_k, q5_0 or q8_0, not {other}"),
     };
     let (rows, cols, threads) = (arg(2, 8960), arg(3, 1536), arg(4, 1).max(1));
     let stream_bytes = arg(5, 256) << 20;
@@ -47,8 +48,8 @@ fn main() {
     let (block, block_bytes) = (ty.block_size(), ty.type_size());
     assert!(cols > 0 && cols % block == 0, "COLS must be a multiple of {block}");
     assert!(rows % 16 == 0, "ROWS must be a multiple of 16");
-    // Random blocks with small finite scales (speed does not depend on the values); every
-    // type's scales (d, and Q4_K's dmin) lead the block.
+    // Random blocks with small finite scales (speed does not depend on the values); the
+    // scales (d, and Q4_K's dmin) lead the block, except Q6_K's d, which ends it.
     let mut state = 0x9e37_79b9u32;
     let mut data: Vec<u8> = (0..rows * cols / block * block_bytes)
         .map(|_| {
@@ -60,9 +61,10 @@ fn main() {
         .collect();
     let scale = F16Le::from_f32(0.01).0;
     let scales = if ty == GgmlType::Q4K { 2 } else { 1 };
+    let first_scale = if ty == GgmlType::Q6K { block_bytes - 2 } else { 0 };
     for b in data.chunks_exact_mut(block_bytes) {
         for s in 0..scales {
-            b[2 * s..2 * s + 2].copy_from_slice(&scale);
+            b[first_scale + 2 * s..first_scale + 2 * s + 2].copy_from_slice(&scale);
         }
     }
     let n_copies = stream_bytes.div_ceil(data.len());
