@@ -359,10 +359,6 @@ mod tests {
         assert_eq!(dot_f32_with(Isa::Scalar, &x8, &y8), 0.0);
     }
 
-    /// The reduced V sums (AVX-512: slots in registers, reduced in the same pass, up to 8
-    /// queries per pass) equal the scalar slot rows filled by [`fma_rows_k`] and reduced by
-    /// [`reduce_slots`], bit for bit: 0 to 700 cells (slots reached or not, partial blocks of
-    /// 16 and 64), 1 to 11 queries, heads of 16, 64, 80 and 128 values.
     /// Whether this CPU runs the AVX-512 kernels.
     fn has_avx512() -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -371,6 +367,10 @@ mod tests {
         false
     }
 
+    /// The reduced V sums (AVX-512: slots in registers, reduced in the same pass, up to 8
+    /// queries per pass) equal the scalar slot rows filled by [`fma_rows_k`] and reduced by
+    /// [`reduce_slots`], bit for bit: 0 to 700 cells (slots reached or not, partial blocks of
+    /// 16 and 64), 1 to 11 queries, heads of 16, 64, 80 and 128 values.
     #[test]
     fn reduced_v_sums_match_the_slot_rows_bitwise() {
         for hd in [16usize, 64, 80, 128] {
