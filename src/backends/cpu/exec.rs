@@ -9,7 +9,7 @@
 use super::kernels::attention_q8::PackedKv;
 use super::kernels::kv_cache::{attention_dequantized, decode_row, encode_row, kv_store_typed};
 use super::kernels::matmul::{WeightMatrix, matmul, matmul_with_isa};
-use super::kernels::{self, AttnArgs, Isa, RopeCache};
+use super::kernels::{self, AttnArgs, Isa};
 use crate::graph::{AttnMeta, CNode, GraphError, KvType, NodeMeta, Op, RopeStyle, WeightId, WeightStore, WeightView};
 use crate::quants::packed::PackedMatrix;
 use crate::workers::Pool;
@@ -397,14 +397,8 @@ pub fn kv_shift(node: &CNode, isa: Isa, deltas: &[u8], kr: &mut [u8]) -> Result<
     for (cell, &delta) in deltas.iter().enumerate().filter(|(_, d)| **d != 0) {
         let row = &mut kr[cell * rb..(cell + 1) * rb];
         decode_row(t, hd, row, &mut plain).map_err(kernel(node))?;
-        match (m.style, m.rope.n_rot == m.rope.head_dim) {
-            // The path the engine always took: one cos/sin table for the delta.
-            (RopeStyle::NonInterleaved, true) => {
-                let rot = RopeCache::new(&[delta], m.rope.head_dim, m.rope.freq_base).map_err(kernel(node))?;
-                rot.apply(&mut plain, m.rope.n_head).map_err(kernel(node))?;
-            }
-            (style, _) => rope_in_place(node, &mut plain, &[delta], (&m.rope, style), (None, isa))?,
-        }
+        // One cos/sin table for the delta, every style through the graph's own RoPE.
+        rope_in_place(node, &mut plain, &[delta], (&m.rope, m.style), (None, isa))?;
         encode_row(t, hd, &plain, row).map_err(kernel(node))?;
     }
     Ok(())
